@@ -1,0 +1,28 @@
+# Two commands for a newcomer: `make demo` and `make test`. Both build .venv from nothing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -c 'import sys; sys.exit("Pollux needs Python >= 3.11") if sys.version_info < (3, 11) else None'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/pollux demo
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.fit_profiles
+	$(BIN)/python -m benchmarks.goodput_speed
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache
