@@ -1,0 +1,34 @@
+"""The goodput model (Pollux §3): one copy, shared by the agent, every policy, the simulator and the runtime.
+
+Pure numpy/scipy: no torch, no I/O, no clock.
+"""
+
+from pollux.goodput.efficiency import GradientStats, adascale_gain, efficiency, noise_scale
+from pollux.goodput.fit import ThroughputSamples, fit_throughput, rmsle
+from pollux.goodput.function import BatchChoice, GoodputFunction
+from pollux.goodput.speedup import SpeedupFunction
+from pollux.goodput.throughput import (
+    ThroughputParams,
+    compute_time,
+    iteration_time,
+    sync_time,
+    throughput,
+)
+
+__all__ = [
+    "BatchChoice",
+    "GoodputFunction",
+    "GradientStats",
+    "SpeedupFunction",
+    "ThroughputParams",
+    "ThroughputSamples",
+    "adascale_gain",
+    "compute_time",
+    "efficiency",
+    "fit_throughput",
+    "iteration_time",
+    "noise_scale",
+    "rmsle",
+    "sync_time",
+    "throughput",
+]

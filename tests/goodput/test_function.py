@@ -1,0 +1,75 @@
+"""Goodput, batch-size choice and speedup: bounds always hold, the choice follows the noise scale."""
+
+import numpy as np
+import pytest
+
+from pollux.goodput import GoodputFunction, GradientStats, SpeedupFunction, ThroughputParams
+
+PARAMS = ThroughputParams(
+    alpha_c=0.02, beta_c=0.0008, alpha_r=0.03, beta_r=0.003, alpha_n=0.12, beta_n=0.003, gamma=2.0
+)
+
+
+def job(var: float = 5.0, m0: int = 128) -> GoodputFunction:
+    return GoodputFunction(PARAMS, GradientStats(sqr=1.0, var=var), m0)
+
+
+def allocations(rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray]:
+    replicas = rng.integers(1, 65, count)
+    nodes = np.minimum(replicas, rng.integers(1, 17, count))
+    return nodes, replicas
+
+
+@pytest.mark.parametrize("accumulation", [False, True])
+def test_optimize_never_leaves_the_batch_bounds(accumulation):
+    rng = np.random.default_rng(0)
+    nodes, replicas = allocations(rng, 2000)
+    choice = job().optimize(nodes, replicas, 4096, (32, 256), accumulation=accumulation)
+    used = choice.goodput > 0
+    assert used.mean() > 0.5
+    total = replicas * choice.local_bsz * (choice.accum_steps + 1)
+    assert np.all(total[used] <= 4096)
+    assert np.all((choice.local_bsz[used] >= 32) & (choice.local_bsz[used] <= 256))
+    if not accumulation:
+        assert np.all(choice.accum_steps == 0)
+
+
+def test_optimize_returns_no_goodput_where_nothing_fits():
+    choice = job().optimize(np.array([1, 4]), np.array([0, 64]), 1024, (32, 256))
+    assert choice.goodput.tolist() == [0.0, 0.0]  # no GPUs; 64 GPUs × 32 > 1024
+
+
+def test_optimize_matches_a_brute_force_search():
+    fn = job(var=20.0)
+    choice = fn.optimize(2, 8, 4096, (16, 512), accumulation=True)
+    best = max(float(fn.goodput(2, 8, m, s)) for m in range(16, 513) for s in range(0, 8) if 8 * m * (s + 1) <= 4096)
+    assert float(choice.goodput) >= 0.97 * best
+    assert float(choice.goodput) <= best + 1e-9
+
+
+def test_batch_size_grows_when_the_noise_scale_grows():
+    small = job(var=1.0).optimize(1, 8, 8192, (16, 1024), accumulation=True)
+    large = job(var=200.0).optimize(1, 8, 8192, (16, 1024), accumulation=True)
+    total = lambda c: 8 * c.local_bsz * (c.accum_steps + 1)  # noqa: E731
+    assert total(large) > total(small)
+
+
+def test_optimize_keeps_the_input_shape():
+    choice = job().optimize(np.ones((3, 4), dtype=int), np.arange(1, 13).reshape(3, 4), 4096, (16, 512))
+    assert choice.goodput.shape == choice.local_bsz.shape == choice.accum_steps.shape == (3, 4)
+
+
+def test_speedup_is_one_on_the_fair_share_and_matches_optimize():
+    fn = job()
+    speedup = SpeedupFunction(fn, base_nodes=1, base_replicas=4, max_batch_size=4096, local_bsz_bounds=(32, 256))
+    assert speedup(1, 4) == pytest.approx(1.0)
+    assert speedup(1, 0) == 0.0
+    nodes, replicas = np.array([1, 2, 3, 8]), np.array([2, 8, 12, 100])
+    direct = fn.optimize(nodes, replicas, 4096, (32, 256)).goodput / speedup.base_goodput
+    np.testing.assert_allclose(speedup(nodes, replicas), direct)
+
+
+def test_speedup_depends_on_node_count_only_through_crossing_nodes():
+    speedup = SpeedupFunction(job(), 1, 4, 4096, (32, 256))
+    assert speedup(2, 8) == pytest.approx(speedup(5, 8))
+    assert speedup(2, 8) < speedup(1, 8)
