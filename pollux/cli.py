@@ -1,0 +1,63 @@
+"""`pollux` command line. Errors from bad input print one line and exit 2; bugs keep their traceback."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pollux.data.cli import app as data_app
+from pollux.errors import PolluxError
+
+app = typer.Typer(
+    help="Pollux: goodput-optimized scheduling of deep-learning training jobs.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(data_app, name="data", help="Find, fetch and verify the Pollux artifact's data.")
+
+DataDirOption = Annotated[
+    Path | None,
+    typer.Option("--data-dir", help="Artifact data folder (else POLLUX_DATA_DIR, ../shared, cache)."),
+]
+
+
+@app.command()
+def demo(data_dir: DataDirOption = None) -> None:
+    """Fit the throughput model to every real job profile and print how well it fits."""
+    from pollux.calibration import fit_profile
+    from pollux.data.locate import find_data_dir
+    from pollux.data.profiles import MODELS, load_profile
+
+    console = Console()
+    location = find_data_dir(data_dir)
+    console.print(f"Job profiles from [bold]{location.path}[/] ({location.source})")
+    table = Table(title="Throughput model fitted to measured step times (RMSLE: root-mean-squared log error)")
+    for column in ("model", "samples", "step RMSLE", "compute RMSLE", "multi-node RMSLE*", "γ"):
+        table.add_column(column, justify="left" if column == "model" else "right")
+    for model in MODELS:
+        report = fit_profile(load_profile(model, location.path))
+        table.add_row(
+            model,
+            str(report.num_samples),
+            f"{report.step_rmsle:.3f}",
+            f"{report.compute_rmsle:.3f}",
+            f"{report.multi_node_rmsle:.3f}",
+            f"{report.params.gamma:.2f}",
+        )
+    console.print(table)
+    console.print("* fitted on single-node rows only, scored on multi-node rows: how well it extrapolates.")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app()
+    except PolluxError as error:
+        Console(stderr=True).print(f"[red]error:[/] {error}", soft_wrap=True, highlight=False)
+        sys.exit(2)

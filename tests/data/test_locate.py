@@ -1,0 +1,105 @@
+"""Where the data is found: --data-dir > POLLUX_DATA_DIR > ../shared/data > user cache, else one clear line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pollux.data import locate
+from pollux.data.locate import default_cache_dir, find_data_dir
+from pollux.errors import DataNotFoundError
+
+
+def make_data(path: Path) -> Path:
+    (path / "profiles").mkdir(parents=True)
+    return path
+
+
+@pytest.fixture
+def everywhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """A data folder at every place the search looks."""
+    places = {
+        "explicit": make_data(tmp_path / "explicit"),
+        "env": make_data(tmp_path / "env"),
+        "shared": make_data(tmp_path / "shared" / "pollux-osdi21"),
+        "cache": make_data(default_cache_dir()),
+    }
+    monkeypatch.setenv("POLLUX_DATA_DIR", str(places["env"]))
+    monkeypatch.setattr(locate, "SHARED_DATA_DIR", places["shared"])
+    return places
+
+
+def test_explicit_dir_wins_over_env_shared_and_cache(everywhere: dict[str, Path]) -> None:
+    found = find_data_dir(everywhere["explicit"])
+    assert (found.path, found.source) == (everywhere["explicit"].resolve(), "--data-dir")
+
+
+def test_env_dir_wins_over_shared_and_cache(everywhere: dict[str, Path]) -> None:
+    found = find_data_dir()
+    assert (found.path, found.source) == (everywhere["env"].resolve(), "POLLUX_DATA_DIR")
+
+
+def test_shared_dir_wins_over_cache(everywhere: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("POLLUX_DATA_DIR")
+    found = find_data_dir()
+    assert (found.path, found.source) == (everywhere["shared"].resolve(), "shared")
+
+
+def test_cache_is_the_last_resort(everywhere: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("POLLUX_DATA_DIR")
+    monkeypatch.setattr(locate, "SHARED_DATA_DIR", everywhere["shared"].parent / "absent")
+    found = find_data_dir()
+    assert (found.path, found.source) == (everywhere["cache"].resolve(), "cache")
+
+
+def test_shared_folder_without_profiles_is_skipped(
+    everywhere: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("POLLUX_DATA_DIR")
+    (everywhere["shared"] / "profiles").rmdir()
+    assert find_data_dir().source == "cache"
+
+
+def test_the_real_shared_data_is_found_by_default(shared_data: Path) -> None:
+    found = find_data_dir()
+    assert (found.path, found.source) == (shared_data.resolve(), "shared")
+
+
+def test_cache_root_follows_pollux_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POLLUX_CACHE_DIR", str(tmp_path / "elsewhere"))
+    assert default_cache_dir() == tmp_path / "elsewhere" / "pollux-osdi21"
+
+
+def test_cache_defaults_to_dot_cache_in_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("POLLUX_CACHE_DIR")
+    assert default_cache_dir() == tmp_path / "home" / ".cache" / "pollux" / "pollux-osdi21"
+
+
+def test_missing_explicit_dir_is_named(tmp_path: Path) -> None:
+    with pytest.raises(DataNotFoundError, match=r"--data-dir .*nowhere.* does not exist"):
+        find_data_dir(tmp_path / "nowhere")
+
+
+def test_missing_env_dir_is_named_even_when_shared_exists(
+    everywhere: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("POLLUX_DATA_DIR", str(tmp_path / "typo"))
+    with pytest.raises(DataNotFoundError, match=r"POLLUX_DATA_DIR .*typo.* does not exist"):
+        find_data_dir()
+
+
+def test_explicit_dir_that_is_not_the_data_says_where_to_point(tmp_path: Path) -> None:
+    (tmp_path / "parent" / "pollux-osdi21" / "profiles").mkdir(parents=True)
+    with pytest.raises(DataNotFoundError, match="has no profiles/ folder"):
+        find_data_dir(tmp_path / "parent")
+
+
+@pytest.mark.usefixtures("no_shared")
+def test_nothing_found_is_one_line_naming_the_env_var_and_the_fetch_command() -> None:
+    with pytest.raises(DataNotFoundError) as err:
+        find_data_dir()
+    message = str(err.value)
+    assert "\n" not in message
+    assert "POLLUX_DATA_DIR" in message
+    assert "pollux data fetch" in message

@@ -1,0 +1,115 @@
+"""The committed manifest describes the data exactly, maps it to its origin, and regenerates byte for byte."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pollux.data.locate import REPO_ROOT
+from pollux.data.manifest import (
+    DERIVATIONS,
+    derive_anchor_jcts,
+    load_manifest,
+    manifest_from_json,
+    manifest_to_json,
+    origin_path_for,
+)
+from pollux.errors import DataIntegrityError
+
+MANIFEST_FILE = REPO_ROOT / "pollux" / "data" / "manifest.json"
+
+
+def test_manifest_lists_every_data_file_and_nothing_else(shared_data: Path) -> None:
+    on_disk = {p.relative_to(shared_data).as_posix() for p in shared_data.rglob("*") if p.is_file()}
+    assert {e.path for e in load_manifest().files} == on_disk
+
+
+def test_manifest_is_sorted_and_every_file_is_fetchable() -> None:
+    manifest = load_manifest()
+    paths = [e.path for e in manifest.files]
+    assert paths == sorted(paths)
+    assert len(paths) == len(set(paths))
+    assert all(e.origin is not None for e in manifest.files)
+    assert manifest.commit == "c793c7089bd307462686339d29707925c461f9a9"
+
+
+def test_regenerating_the_manifest_changes_nothing(shared_data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "manifest.json"
+    script = REPO_ROOT / "scripts" / "make_manifest.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--data-dir", str(shared_data), "--output", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes() == MANIFEST_FILE.read_bytes()
+
+
+def test_manifest_text_round_trips() -> None:
+    manifest = load_manifest()
+    assert manifest_from_json(manifest_to_json(manifest)) == manifest
+
+
+@pytest.mark.parametrize(
+    ("local", "origin", "derive"),
+    [
+        ("profiles/bert/placements.csv", "traces/bert/placements.csv", None),
+        ("profiles/ncf/validation-32768.csv", "traces/ncf/validation-32768.csv", None),
+        ("workloads/workloads/workload-1.csv", "workloads/workload-1.csv", None),
+        ("workloads/workloads-realistic/workload-4.csv", "workloads-realistic/workload-4.csv", None),
+        ("philly-jobs.csv", "traces/philly.csv", None),
+        (
+            "anchor-results/results-jobload/pollux-1.0/jcts.json",
+            "results-jobload/pollux-1.0/summary.json",
+            "anchor-jcts",
+        ),
+        ("notes.txt", None, None),
+    ],
+)
+def test_local_paths_map_to_the_origin_layout(local: str, origin: str | None, derive: str | None) -> None:
+    assert origin_path_for(local) == (origin, derive)
+
+
+def test_anchor_derivation_keeps_workloads_1_to_4_sorted_with_indent_1() -> None:
+    summary = {
+        "jcts": {f"workload-{i}": {"ncf-1": 10 * i, "bert-0": i} for i in (2, 7, 4, 1, 3, 5)},
+        "avgs": {"workload-1": 1.0},
+        "mean": 2.0,
+    }
+    derived = derive_anchor_jcts(json.dumps(summary, indent=4).encode())
+    expected = {"jcts": {f"workload-{i}": {"bert-0": i, "ncf-1": 10 * i} for i in (1, 2, 3, 4)}}
+    assert derived == json.dumps(expected, indent=1, sort_keys=True).encode()
+    assert "anchor-jcts" in DERIVATIONS
+
+
+def test_anchor_files_are_fixed_points_of_their_derivation(shared_data: Path) -> None:
+    """What makes them fetchable: the origin's summary.json carries the same `jcts` mapping."""
+    for entry in load_manifest().files:
+        if entry.derive is not None:
+            content = (shared_data / entry.path).read_bytes()
+            assert DERIVATIONS[entry.derive](content) == content, entry.path
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not json",
+        '{"files": []}',
+        '{"origin": {"repository": "r", "commit": "c", "folder": "f"}, "files": [{"path": "a"}]}',
+    ],
+)
+def test_malformed_manifest_is_refused(text: str) -> None:
+    with pytest.raises(DataIntegrityError, match="malformed manifest"):
+        manifest_from_json(text)
+
+
+def test_manifest_with_unknown_derivation_is_refused() -> None:
+    entry = {"path": "a", "origin": "b", "derive": "magic", "sha256": "0" * 64, "size": 1}
+    text = json.dumps({"origin": {"repository": "r", "commit": "c", "folder": "f"}, "files": [entry]})
+    with pytest.raises(DataIntegrityError, match="unknown derivation"):
+        manifest_from_json(text)
