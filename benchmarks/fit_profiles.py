@@ -87,7 +87,7 @@ def main() -> None:
             f"{noise_floor(profile):.4f}",
             f"{fit_ms:.1f}",
         )
-    Console().print(table)
+    Console(width=120).print(table)
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ def main() -> None:
     table.add_row("speedup, one array call", f"{calls:,}", f"{secs:.4f}", f"{calls / secs:,.0f}")
     secs = best_of(lambda: SpeedupFunction(job, 1, 4, 4096, (32, 1024), accumulation=True)(1, 64))
     table.add_row("speedup table build (K ≤ 64)", "1", f"{secs:.4f}", f"{1 / secs:,.0f}")
-    Console().print(table)
+    Console(width=120).print(table)
 
 
 if __name__ == "__main__":
