@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/pollux demo
+	$(BIN)/pollux fit
 
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,0 +1,363 @@
+"""Generate workloads the way the artifact made its own (DESIGN.md, Workloads), reproducibly by seed.
+
+The artifact sampled jobs of Microsoft's Philly trace (duration >= 60 s, GPU-time < 1,000 GPU-hours) submitted in
+an 8-hour window from hour 2 of the day, kept each job's submission second (relative to the window's start), and
+turned its GPU-time into an application: < 1 GPU-hour → cifar10 or ncf, < 10 → deepspeech2 or bert, < 100 → yolov3,
+else imagenet. The user's GPUs and batch size (what the fixed-size baselines run) are a random choice among the
+application's "tuned" configurations, those reaching 50–80% of linear scaling.
+
+Two sources of (submission second, GPU-time bucket), one generator:
+- the trace itself (`philly-jobs.csv` in the data folder), sampled without replacement as the artifact did;
+- without it, `philly_summary.json`, committed figures derived once from the trace by `scripts/make_philly_summary.py`:
+  the kept jobs counted by hour of day × GPU-time bucket (24 × 4 numbers). Submission seconds are drawn from the
+  hourly histogram (uniform within an hour), the bucket from that hour's own mix, because the mix does vary over the
+  day (55–86% short jobs), so a fresh clone without data still gets the window's arrival shape and job mix.
+The tuned configurations are a parameter (`configs`): the default is the summary's list of the (GPUs, batch) pairs
+the artifact's generator itself chose in its published tuned workloads, so this module needs no job model; a caller
+with step-time models can pass its own 50–80% rule.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from pollux.errors import DataNotFoundError, SpecError, TraceError
+from pollux.sim.workload import Workload, WorkloadJob
+
+SUMMARY_PATH = Path(__file__).resolve().with_name("philly_summary.json")
+PHILLY_FILE = "philly-jobs.csv"
+PHILLY_COLUMNS: tuple[str, ...] = ("timestamp", "duration", "num_gpus", "gpu_time")
+
+DAY_S = 24 * 3600
+HOUR_S = 3600
+MIN_DURATION_S = 60.0
+MAX_GPU_TIME_S = 1000.0 * HOUR_S
+DEFAULT_START_HOUR = 2
+# GPU-time bucket upper edges (1, 10, 100 GPU-hours) and the applications each bucket becomes, chosen uniformly:
+# "cifar10 or ncf at random" and "deepspeech2, half of them bert" are both a fair pick between two.
+BUCKET_EDGES_S: tuple[float, ...] = (1.0 * HOUR_S, 10.0 * HOUR_S, 100.0 * HOUR_S)
+BUCKET_APPLICATIONS: tuple[tuple[str, ...], ...] = (
+    ("cifar10", "ncf"),
+    ("deepspeech2", "bert"),
+    ("yolov3",),
+    ("imagenet",),
+)
+
+Source = Literal["auto", "trace", "summary"]
+ConfigChoices = Callable[[str], Sequence[tuple[int, int]]]
+
+_TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}[ T](\d{2}):(\d{2}):(\d{2})$")
+
+
+@dataclass(frozen=True)
+class PhillyTrace:
+    """The Philly jobs as arrays: what the generator (and Tiresias' Gittins index) needs, nothing else."""
+
+    path: Path
+    second_of_day: np.ndarray  # int64, submission second within its day
+    duration_s: np.ndarray
+    num_gpus: np.ndarray
+    gpu_time_s: np.ndarray
+
+    def kept(self) -> np.ndarray:
+        """The artifact's filter: drop jobs shorter than a minute (failed starts) and the few giant ones."""
+        return (self.duration_s >= MIN_DURATION_S) & (self.gpu_time_s < MAX_GPU_TIME_S)
+
+
+@dataclass(frozen=True)
+class PhillySummary:
+    """The committed figures: kept jobs by hour of day × GPU-time bucket, and each application's tuned choices."""
+
+    jobs_by_hour_and_bucket: np.ndarray  # shape (24, 4), counts
+    tuned_configurations: Mapping[str, tuple[tuple[int, int], ...]]
+
+
+def find_philly_trace(data_dir: Path | None = None) -> Path:
+    """The trace's path in the data folder; `DataNotFoundError` says why there is none."""
+    from pollux.data.locate import find_data_dir
+
+    path = find_data_dir(data_dir).path / PHILLY_FILE
+    if not path.is_file():
+        raise DataNotFoundError(f"{path} does not exist; the data folder holds no Philly trace")
+    return path
+
+
+def read_philly_trace(path: Path) -> PhillyTrace:
+    """Read `philly-jobs.csv` (timestamp,duration,num_gpus,gpu_time,...); cached per file version."""
+    path = Path(path).resolve()
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        raise TraceError(f"{path}: Philly trace not found") from None
+    return _read_philly_cached(path, stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=2)
+def _read_philly_cached(path: Path, _mtime_ns: int, _size: int) -> PhillyTrace:
+    """Parse once per (path, version): the trace has 82k rows and tests generate many workloads."""
+    seconds, durations, gpus, gpu_times = [], [], [], []
+    with path.open(newline="", encoding="utf-8-sig") as handle:
+        reader = csv.reader(handle)
+        header = [column.strip() for column in next(reader, [])]
+        missing = [column for column in PHILLY_COLUMNS if column not in header]
+        if missing:
+            raise TraceError(f"{path}:1: missing column(s) {', '.join(missing)}; expected {','.join(PHILLY_COLUMNS)}")
+        at = [header.index(column) for column in PHILLY_COLUMNS]
+        for row in reader:
+            if not row:
+                continue
+            line = reader.line_num
+            if len(row) != len(header):
+                raise TraceError(f"{path}:{line}: expected {len(header)} fields ({','.join(header)}), got {len(row)}")
+            stamp, duration, num_gpus, gpu_time = (row[i].strip() for i in at)
+            match = _TIMESTAMP.match(stamp)
+            if match is None or int(match[1]) > 23 or int(match[2]) > 59 or int(match[3]) > 59:
+                raise TraceError(f"{path}:{line}: field 'timestamp': expected YYYY-MM-DD HH:MM:SS, got {stamp!r}")
+            seconds.append(int(match[1]) * HOUR_S + int(match[2]) * 60 + int(match[3]))
+            durations.append(_non_negative(path, line, "duration", duration))
+            gpus.append(_non_negative(path, line, "num_gpus", num_gpus))
+            gpu_times.append(_non_negative(path, line, "gpu_time", gpu_time))
+    if not seconds:
+        raise TraceError(f"{path}:2: no jobs after the header")
+    return PhillyTrace(
+        path=path,
+        second_of_day=np.array(seconds, dtype=np.int64),
+        duration_s=np.array(durations, dtype=np.float64),
+        num_gpus=np.array(gpus, dtype=np.int64),
+        gpu_time_s=np.array(gpu_times, dtype=np.float64),
+    )
+
+
+def _non_negative(path: Path, line: int, field: str, text: str) -> float:
+    """A finite number >= 0 (durations and GPU counts)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (np.isfinite(value) and value >= 0):
+        raise TraceError(f"{path}:{line}: field {field!r}: expected a non-negative number, got {text!r}")
+    return value
+
+
+def gpu_time_bucket(gpu_time_s: np.ndarray) -> np.ndarray:
+    """0: < 1 GPU-hour, 1: < 10, 2: < 100, 3: the rest (the artifact's thresholds, strict upper edges)."""
+    return np.searchsorted(np.asarray(BUCKET_EDGES_S), np.asarray(gpu_time_s, dtype=np.float64), side="right")
+
+
+def summarize_philly(trace: PhillyTrace) -> list[list[int]]:
+    """Kept jobs counted by submission hour of day (rows) × GPU-time bucket (columns): the summary's core."""
+    kept = trace.kept()
+    hours = trace.second_of_day[kept] // HOUR_S
+    buckets = gpu_time_bucket(trace.gpu_time_s[kept])
+    counts = np.zeros((24, len(BUCKET_EDGES_S) + 1), dtype=np.int64)
+    np.add.at(counts, (hours, buckets), 1)
+    return counts.tolist()
+
+
+def tuned_configurations_from_workloads(workloads: Iterable[Workload]) -> dict[str, list[list[int]]]:
+    """The distinct (GPUs, batch) requests per application: in the artifact's tuned workloads these are exactly the
+    choices its 50–80%-of-linear-scaling rule offered (it drew uniformly among them, and every one appears)."""
+    choices: dict[str, set[tuple[int, int]]] = {}
+    for workload in workloads:
+        for job in workload.jobs:
+            choices.setdefault(job.application, set()).add((job.num_replicas, job.batch_size))
+    return {application: [list(pair) for pair in sorted(pairs)] for application, pairs in sorted(choices.items())}
+
+
+def build_summary(data_dir: Path) -> dict[str, Any]:
+    """Everything `philly_summary.json` holds, from the data folder; the script writes it, a test re-derives it."""
+    from pollux.sim.workload import artifact_workload_names, read_workload
+
+    trace_path = Path(data_dir) / PHILLY_FILE
+    trace = read_philly_trace(trace_path)
+    tuned_names = [name for name in artifact_workload_names(data_dir) if "realistic" not in name]
+    if not tuned_names:
+        raise DataNotFoundError(f"{Path(data_dir) / 'workloads'} holds no tuned artifact workloads")
+    workloads = [read_workload(name, data_dir) for name in tuned_names]
+    return {
+        "about": (
+            "Figures derived by scripts/make_philly_summary.py from the Pollux artifact's data, so that "
+            "pollux.sim.generate works without it; not the trace itself. jobs_by_hour_and_bucket: kept Philly jobs, "
+            "rows = submission hour of day 0..23, columns = GPU-time below each upper edge, then the rest. "
+            "tuned_configurations: per application, the (num_replicas, batch_size) requests of the tuned workloads."
+        ),
+        "philly": {
+            "file": PHILLY_FILE,
+            "sha256": hashlib.sha256(trace_path.read_bytes()).hexdigest(),
+            "jobs": int(trace.second_of_day.size),
+            "kept_jobs": int(np.count_nonzero(trace.kept())),
+            "filter": f"duration_s >= {MIN_DURATION_S:.0f} and gpu_time_s < {MAX_GPU_TIME_S:.0f}",
+        },
+        "gpu_time_bucket_upper_edges_s": list(BUCKET_EDGES_S),
+        "jobs_by_hour_and_bucket": summarize_philly(trace),
+        "tuned_configurations_from": f"the artifact's {len(tuned_names)} tuned workloads (all but workloads-realistic)",
+        "tuned_configurations": tuned_configurations_from_workloads(workloads),
+    }
+
+
+@cache
+def load_summary(path: Path = SUMMARY_PATH) -> PhillySummary:
+    """The committed figures, checked for shape (a hand-edited file should fail here, not as odd workloads)."""
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        counts = np.asarray(raw["jobs_by_hour_and_bucket"], dtype=np.int64)
+        edges = tuple(float(edge) for edge in raw["gpu_time_bucket_upper_edges_s"])
+        tuned = {
+            application: tuple((int(gpus), int(batch)) for gpus, batch in pairs)
+            for application, pairs in raw["tuned_configurations"].items()
+        }
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise DataNotFoundError(
+            f"{path}: unreadable workload summary ({error}); rerun scripts/make_philly_summary.py"
+        ) from error
+    if counts.shape != (24, len(BUCKET_EDGES_S) + 1) or (counts < 0).any() or counts.sum() == 0:
+        raise DataNotFoundError(f"{path}: jobs_by_hour_and_bucket must be 24 × 4 non-negative counts")
+    counts.flags.writeable = False
+    if edges != BUCKET_EDGES_S:
+        raise DataNotFoundError(f"{path}: GPU-time bucket edges {edges} differ from the generator's {BUCKET_EDGES_S}")
+    return PhillySummary(jobs_by_hour_and_bucket=counts, tuned_configurations=tuned)
+
+
+def tuned_configurations(application: str) -> tuple[tuple[int, int], ...]:
+    """Default `configs`: the (GPUs, batch) choices the artifact's generator made for `application`."""
+    choices = load_summary().tuned_configurations
+    if application not in choices:
+        raise SpecError(f"no tuned configurations for application {application!r}; known: {', '.join(choices)}")
+    return choices[application]
+
+
+def generate_workload(
+    num_jobs: int,
+    hours: float,
+    seed: int,
+    load: float = 1.0,
+    data_dir: Path | None = None,
+    *,
+    start_hour: int = DEFAULT_START_HOUR,
+    configs: ConfigChoices | None = None,
+    source: Source = "auto",
+) -> Workload:
+    """`round(num_jobs × load)` jobs submitted in [0, hours × 3600) s, as the artifact generated its workloads.
+
+    `source`: "trace" needs the Philly trace, "summary" uses the committed figures, "auto" the trace when the data
+    folder has one. The result's `source` is the file sampled (the trace or `SUMMARY_PATH`). Same arguments and
+    seed → the same workload; the random stream is `numpy.random.default_rng(seed)`.
+    """
+    count = _job_count(num_jobs, load)
+    window_s = _window_s(hours, start_hour)
+    rng = np.random.default_rng(seed)
+    trace_path = _trace_path(data_dir, source)
+    if trace_path is None:
+        submit_s, buckets = _sample_summary(load_summary(), count, window_s, start_hour, rng)
+        origin = SUMMARY_PATH
+    else:
+        submit_s, buckets = _sample_trace(read_philly_trace(trace_path), count, window_s, start_hour, rng)
+        origin = trace_path
+    jobs = _make_jobs(submit_s, buckets, rng, configs or tuned_configurations)
+    return Workload(name=f"generated-{count}jobs-{hours:g}h-seed{seed}", jobs=jobs, source=origin)
+
+
+def _job_count(num_jobs: int, load: float) -> int:
+    """Load variants scale the number of jobs in the same window (the artifact's 0.5×, 1.5×, 2×)."""
+    if num_jobs < 1:
+        raise SpecError(f"--jobs must be at least 1, got {num_jobs}")
+    if not (np.isfinite(load) and load > 0):
+        raise SpecError(f"--load must be a positive number, got {load}")
+    count = round(num_jobs * load)
+    if count < 1:
+        raise SpecError(f"--jobs {num_jobs} × --load {load} rounds to no job at all")
+    return count
+
+
+def _window_s(hours: float, start_hour: int) -> int:
+    """The window lies within one day: jobs keep their second of the day, so a longer one cannot be filled."""
+    if not (0 < hours <= 24):
+        raise SpecError(f"--hours must be in (0, 24]: jobs keep their submission second of the day, got {hours}")
+    if not (0 <= start_hour < 24):
+        raise SpecError(f"start hour must be in 0..23, got {start_hour}")
+    return max(1, round(hours * HOUR_S))
+
+
+def _trace_path(data_dir: Path | None, source: Source) -> Path | None:
+    """The trace to sample, or None for the committed summary."""
+    if source == "summary":
+        return None
+    if source not in ("auto", "trace"):
+        raise SpecError(f"source must be auto, trace or summary, got {source!r}")
+    try:
+        return find_philly_trace(data_dir)
+    except DataNotFoundError:
+        if source == "trace":
+            raise
+        return None
+
+
+def _sample_trace(
+    trace: PhillyTrace, count: int, window_s: int, start_hour: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Kept jobs submitted in the window (any day), drawn without replacement: each trace job at most once."""
+    shifted = (trace.second_of_day - start_hour * HOUR_S) % DAY_S
+    pool = np.flatnonzero(trace.kept() & (shifted < window_s))
+    if count > pool.size:
+        raise SpecError(
+            f"{trace.path}: only {pool.size} kept jobs are submitted in a {window_s / HOUR_S:g}-hour window from hour "
+            f"{start_hour}, fewer than the {count} asked for"
+        )
+    chosen = rng.choice(pool, size=count, replace=False)
+    return shifted[chosen], gpu_time_bucket(trace.gpu_time_s[chosen])
+
+
+def _sample_summary(
+    summary: PhillySummary, count: int, window_s: int, start_hour: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Submission seconds from the hourly histogram (uniform within an hour), then a bucket from that hour's mix."""
+    counts = summary.jobs_by_hour_and_bucket
+    hour_of = ((np.arange(window_s) + start_hour * HOUR_S) % DAY_S) // HOUR_S
+    weight = counts.sum(axis=1)[hour_of].astype(np.float64)
+    if weight.sum() == 0:
+        raise SpecError(f"{SUMMARY_PATH}: no job in the summary is submitted in this window")
+    submit_s = rng.choice(window_s, size=count, p=weight / weight.sum())
+    mix = counts[hour_of[submit_s]].astype(np.float64)
+    cumulative = np.cumsum(mix, axis=1) / mix.sum(axis=1, keepdims=True)
+    buckets = (rng.random(count)[:, None] >= cumulative[:, :-1]).sum(axis=1)
+    return submit_s.astype(np.int64), buckets
+
+
+def _make_jobs(
+    submit_s: np.ndarray, buckets: np.ndarray, rng: np.random.Generator, configs: ConfigChoices
+) -> tuple[WorkloadJob, ...]:
+    """Application from the bucket, request from its tuned choices; names `<application>-<index>` in time order."""
+    pick_application = rng.random(submit_s.size)
+    pick_config = rng.random(submit_s.size)
+    choices: dict[str, Sequence[tuple[int, int]]] = {}
+    drafts = []
+    for time_s, bucket, u_app, u_config in zip(submit_s, buckets, pick_application, pick_config, strict=True):
+        options = BUCKET_APPLICATIONS[int(bucket)]
+        application = options[int(u_app * len(options))]
+        if application not in choices:
+            choices[application] = _checked_choices(application, configs(application))
+        num_replicas, batch_size = choices[application][int(u_config * len(choices[application]))]
+        drafts.append((int(time_s), application, num_replicas, batch_size))
+    drafts.sort(key=lambda draft: draft[0])
+    return tuple(
+        WorkloadJob(f"{app}-{index}", time_s, app, replicas, batch)
+        for index, (time_s, app, replicas, batch) in enumerate(drafts)
+    )
+
+
+def _checked_choices(application: str, pairs: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """A `configs` callable must offer at least one (GPUs >= 1, batch >= 1) pair; say which application it failed."""
+    checked = tuple((int(gpus), int(batch)) for gpus, batch in pairs)
+    if not checked or any(gpus < 1 or batch < 1 for gpus, batch in checked):
+        raise SpecError(f"configurations for {application!r} must be (GPUs >= 1, batch >= 1) pairs, got {list(pairs)}")
+    return checked

@@ -1,0 +1,203 @@
+"""Workloads: which jobs arrive when, and the GPUs and batch size their users asked for (DESIGN.md, Workloads).
+
+A workload is the artifact's CSV schema `name,time,application,num_replicas,batch_size`: `time` is the submission
+second from the start of the workload; `num_replicas` and `batch_size` are the user's request, kept by the
+baselines and ignored by Pollux. Read one from a path, or by the artifact's name (`workload-1`,
+`workloads-2.0/workload-3`, `workloads-realistic/workload-2`) from the data folder. Every bad row stops the read with
+a `TraceError` naming the file, the line and the field, because a simulation on a silently skipped job answers a
+different question than the one asked.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from pollux.errors import DataNotFoundError, TraceError
+
+COLUMNS: tuple[str, ...] = ("name", "time", "application", "num_replicas", "batch_size")
+WORKLOADS_FOLDER = "workloads"
+DEFAULT_SET = "workloads"
+
+_ARTIFACT_NAME = re.compile(r"^(?:(?P<set>workloads[\w.\-]*)/)?(?P<name>workload-[\w.\-]+?)(?:\.csv)?$")
+
+
+@dataclass(frozen=True)
+class WorkloadJob:
+    """One job of a workload: its submission time and the user's request (used by the fixed-size baselines)."""
+
+    name: str
+    submit_time_s: int
+    application: str
+    num_replicas: int
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Jobs in submission order (stable for equal times, so file order breaks ties) and where they came from."""
+
+    name: str
+    jobs: tuple[WorkloadJob, ...]
+    source: Path | None = None
+
+    def __post_init__(self) -> None:
+        ordered = tuple(sorted(self.jobs, key=lambda job: job.submit_time_s))
+        object.__setattr__(self, "jobs", ordered)
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+
+def artifact_workload_names(data_dir: Path) -> tuple[str, ...]:
+    """The artifact names readable from `data_dir`, as `read_workload` accepts them (shown when a name is wrong)."""
+    root = Path(data_dir) / WORKLOADS_FOLDER
+    names = []
+    for path in sorted(root.glob("workloads*/workload-*.csv")):
+        folder = path.parent.name
+        names.append(path.stem if folder == DEFAULT_SET else f"{folder}/{path.stem}")
+    return tuple(sorted(names, key=lambda name: ("/" in name, name)))
+
+
+def resolve_workload(spec: str | Path, data_dir: Path | None = None) -> tuple[str, Path]:
+    """Turn a path or an artifact name into (workload name, CSV path); an existing file always wins over a name."""
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return path.stem, path
+    match = _ARTIFACT_NAME.match(str(spec))
+    if match is None:
+        raise TraceError(f"{path}: workload file not found (nor is it an artifact name like workload-1)")
+    from pollux.data.locate import find_data_dir
+
+    try:
+        root = find_data_dir(data_dir).path
+    except DataNotFoundError as error:
+        raise DataNotFoundError(f"workload {str(spec)!r} is an artifact name, but {error}") from error
+    folder = match["set"] or DEFAULT_SET
+    name = match["name"] if folder == DEFAULT_SET else f"{folder}/{match['name']}"
+    candidate = root / WORKLOADS_FOLDER / folder / f"{match['name']}.csv"
+    if not candidate.is_file():
+        known = ", ".join(artifact_workload_names(root)) or "none"
+        raise TraceError(f"{candidate}: no artifact workload {str(spec)!r}; known: {known}")
+    return name, candidate
+
+
+def read_workload(
+    spec: str | Path, data_dir: Path | None = None, applications: Collection[str] | None = None
+) -> Workload:
+    """Read and validate a workload CSV given by path or artifact name.
+
+    `applications`, when given, is the set of job types the caller can simulate: a row naming another one is an
+    error listing them (None accepts any name, for callers that check later against their own catalog).
+    """
+    name, path = resolve_workload(spec, data_dir)
+    known = None if applications is None else frozenset(applications)
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as handle:
+            jobs = _parse_rows(path, handle, known)
+    except UnicodeDecodeError as error:
+        raise TraceError(f"{path}: not a UTF-8 text file ({error.reason})") from None
+    return Workload(name=name, jobs=jobs, source=path.resolve())
+
+
+def write_workload(workload: Workload, path: str | Path) -> Path:
+    """Write `workload` in the artifact's schema (readable back by `read_workload` and by the artifact's tools)."""
+    path = Path(path).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(COLUMNS)
+        for job in workload.jobs:
+            writer.writerow((job.name, job.submit_time_s, job.application, job.num_replicas, job.batch_size))
+    return path
+
+
+def _parse_rows(path: Path, handle: TextIO, applications: frozenset[str] | None) -> tuple[WorkloadJob, ...]:
+    """Check the header, then every row; the first problem found is the one reported."""
+    reader = csv.reader(handle)
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise TraceError(f"{path}:1: empty file; expected the header {','.join(COLUMNS)}") from None
+    except csv.Error as error:
+        raise TraceError(f"{path}:1: unreadable header ({error})") from None
+    header = [column.strip() for column in header]
+    missing = [column for column in COLUMNS if column not in header]
+    if missing:
+        raise TraceError(
+            f"{path}:1: missing column(s) {', '.join(missing)}; expected {','.join(COLUMNS)} (got {','.join(header)})"
+        )
+    index = {column: header.index(column) for column in COLUMNS}
+    jobs: list[WorkloadJob] = []
+    first_line: dict[str, int] = {}
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as error:
+            raise TraceError(f"{path}:{reader.line_num}: malformed row ({error})") from None
+        line = reader.line_num
+        if not any(field.strip() for field in row):
+            continue
+        job = _parse_row(path, line, row, header, index, applications)
+        if job.name in first_line:
+            raise TraceError(
+                f"{path}:{line}: field 'name': duplicate job name {job.name!r} (first on line {first_line[job.name]})"
+            )
+        first_line[job.name] = line
+        jobs.append(job)
+    if not jobs:
+        raise TraceError(f"{path}:2: no jobs after the header")
+    return tuple(jobs)
+
+
+def _parse_row(
+    path: Path,
+    line: int,
+    row: list[str],
+    header: list[str],
+    index: dict[str, int],
+    applications: frozenset[str] | None,
+) -> WorkloadJob:
+    """One row to a job, naming the first bad field and what it accepts."""
+    if len(row) != len(header):
+        absent = header[len(row) :] if len(row) < len(header) else []
+        problem = f"missing field(s) {', '.join(absent)}" if absent else f"extra field(s) after {header[-1]}"
+        raise TraceError(
+            f"{path}:{line}: expected {len(header)} fields ({','.join(header)}), got {len(row)}: {problem}"
+        )
+    fields = {column: row[position].strip() for column, position in index.items()}
+    if not fields["name"]:
+        raise TraceError(f"{path}:{line}: field 'name': empty; every job needs a unique name")
+    application = fields["application"]
+    if not application:
+        raise TraceError(f"{path}:{line}: field 'application': empty")
+    if applications is not None and application not in applications:
+        raise TraceError(
+            f"{path}:{line}: field 'application': unknown application {application!r}; "
+            f"known: {', '.join(sorted(applications))}"
+        )
+    return WorkloadJob(
+        name=fields["name"],
+        submit_time_s=_integer(path, line, "time", fields["time"], minimum=0),
+        application=application,
+        num_replicas=_integer(path, line, "num_replicas", fields["num_replicas"], minimum=1),
+        batch_size=_integer(path, line, "batch_size", fields["batch_size"], minimum=1),
+    )
+
+
+def _integer(path: Path, line: int, field: str, text: str, minimum: int) -> int:
+    """An integer field at or above `minimum` (seconds are whole, as in the artifact's files)."""
+    accepted = "a non-negative integer" if minimum == 0 else f"an integer >= {minimum}"
+    try:
+        value = int(text)
+    except ValueError:
+        raise TraceError(f"{path}:{line}: field {field!r}: expected {accepted}, got {text!r}") from None
+    if value < minimum:
+        raise TraceError(f"{path}:{line}: field {field!r}: expected {accepted}, got {value}")
+    return value
