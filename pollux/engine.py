@@ -1,0 +1,91 @@
+"""One scheduling engine for the simulator and the runtime (STYLE.md: "one engine, only the clock differs").
+
+`Scheduler(policy, backend).step(now)` reads the backend's job views, asks the policy for allocations, checks
+them against the placement rules, turns them into explicit decisions against what runs now, and hands those to
+the backend. Restarts are counted from the decisions, never guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from pollux.cluster import Allocation, Cluster, num_gpus, validate_allocations
+from pollux.policies.base import BatchConfig, JobView, Policy
+
+DecisionKind = Literal["start", "resize", "stop"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A change for one job: start it, move/resize it (a restart from checkpoint), or stop it."""
+
+    job: str
+    kind: DecisionKind
+    allocation: Allocation  # the new one; all zeros for "stop"
+    batch: BatchConfig | None = None
+
+
+class Backend(Protocol):
+    """What turns decisions into progress: virtual (simulator) or real processes (runtime)."""
+
+    @property
+    def cluster(self) -> Cluster: ...
+
+    def job_views(self, now: float) -> list[JobView]:
+        """Views of every active job: submitted by `now` and not finished."""
+        ...
+
+    def apply(self, decisions: Sequence[Decision], now: float) -> None:
+        """Carry out the decisions (restart the jobs whose allocation changed)."""
+        ...
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """What one scheduling round decided, and why jobs wait."""
+
+    now: float
+    decisions: tuple[Decision, ...]
+    allocations: Mapping[str, Allocation]
+    reasons: Mapping[str, str] = field(default_factory=dict)
+
+
+def diff(jobs: Sequence[JobView], allocations: Mapping[str, Allocation], empty: Allocation) -> list[Decision]:
+    """Decisions that turn the jobs' current allocations into `allocations`."""
+    decisions = []
+    for job in jobs:
+        new = allocations.get(job.name, empty)
+        old_gpus, new_gpus = num_gpus(job.allocation), num_gpus(new)
+        if new == job.allocation or (old_gpus == 0 and new_gpus == 0):
+            continue
+        kind: DecisionKind = "stop" if new_gpus == 0 else "start" if old_gpus == 0 else "resize"
+        decisions.append(Decision(job.name, kind, new))
+    return decisions
+
+
+class Scheduler:
+    """Runs a policy against a backend, one round at a time."""
+
+    def __init__(self, policy: Policy, backend: Backend, avoid_sharing: bool = False) -> None:
+        self.policy = policy
+        self.backend = backend
+        self.avoid_sharing = avoid_sharing
+
+    def step(self, now: float) -> RoundResult:
+        jobs = self.backend.job_views(now)
+        cluster = self.backend.cluster
+        if not jobs:
+            return RoundResult(now, (), {})
+        result = self.policy.optimize(jobs, cluster, now)
+        names = {job.name for job in jobs}
+        allocations = {name: alloc for name, alloc in result.allocations.items() if name in names and sum(alloc)}
+        validate_allocations(cluster, allocations, avoid_sharing=self.avoid_sharing)
+        decisions = diff(jobs, allocations, cluster.empty())
+        decisions = [
+            Decision(d.job, d.kind, d.allocation, result.batch.get(d.job)) if d.job in result.batch else d
+            for d in decisions
+        ]
+        self.backend.apply(decisions, now)
+        return RoundResult(now, tuple(decisions), allocations, dict(result.reasons))

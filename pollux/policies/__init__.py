@@ -1,0 +1,1 @@
+"""Cluster scheduling policies behind one interface (`base.Policy`), found through a lazy registry."""

@@ -1,0 +1,88 @@
+"""The one interface every policy implements, and the frozen views it is given.
+
+A policy is a pure function of what it is shown: `optimize(jobs, cluster, now)` reads `JobView`s, returns a
+`PolicyResult`, mutates nothing, reads no clock. The same policy object runs in the simulator and the runtime.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pollux.cluster import Allocation, Cluster
+from pollux.goodput import GoodputFunction, GradientStats, ThroughputParams
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    """Per-GPU batch and gradient-accumulation steps a policy chose for a job (policies that co-adapt batch)."""
+
+    local_bsz: int
+    accum_steps: int = 0
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What a policy may know about one active (submitted, unfinished) job."""
+
+    name: str
+    application: str
+    submit_time_s: float
+    allocation: Allocation  # GPUs per node held now; all zeros while waiting
+    num_restarts: int  # allocation changes after the first start
+    attained_service_gpu_s: float  # GPUs × seconds run so far (Tiresias' 2D service)
+    requested_gpus: int  # the user's GPU count, kept by fixed-size policies
+    max_gpus: int  # hard bound, exploration bound included
+    init_batch_size: int  # M0
+    max_batch_size: int
+    local_bsz_bounds: tuple[int, int]
+    batch_size: int | None = None  # fixed total batch; None when the job adapts it
+    min_gpus: int = 0
+    throughput_params: ThroughputParams | None = None  # fitted on what the job ran; None before its first step
+    grad_stats: GradientStats | None = None
+    remaining_steps: float | None = None  # steps left at its fixed batch, where known (Optimus' oracle)
+    placement_sensitive: bool = False  # its profile says consolidation matters (Tiresias)
+
+    @property
+    def adaptive(self) -> bool:
+        return self.batch_size is None
+
+    def age_s(self, now: float) -> float:
+        return max(now - self.submit_time_s, 0.0)
+
+    def goodput_fn(self) -> GoodputFunction | None:
+        """The job's goodput model, or None while nothing has been measured."""
+        if self.throughput_params is None:
+            return None
+        stats = self.grad_stats if self.grad_stats is not None else GradientStats(0.0, 0.0)
+        return GoodputFunction(self.throughput_params, stats, self.init_batch_size)
+
+
+@dataclass(frozen=True)
+class PolicyResult:
+    """Allocations for the jobs a policy runs (others wait), why each waiting job waits, and optional batch
+    choices and diagnostics."""
+
+    allocations: Mapping[str, Allocation]
+    reasons: Mapping[str, str] = field(default_factory=dict)
+    batch: Mapping[str, BatchConfig] = field(default_factory=dict)
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Policy(ABC):
+    """Decides, every round, how many GPUs on which nodes each active job holds."""
+
+    name: ClassVar[str]
+    # Whether jobs run under this policy choose their own batch size by goodput (Pollux), or keep the
+    # workload's fixed batch (FIFO, Tiresias, Optimus). Elastic-DP instead returns `PolicyResult.batch`.
+    adapts_batch_size: ClassVar[bool] = False
+    # Whether the policy reads `JobView.throughput_params`; backends skip refitting for those that don't.
+    uses_throughput_model: bool = True  # a class attribute, or a property where it depends on options
+    # Whether the policy changes a job's GPU count (elastic) or only runs it at its requested size (rigid).
+    elastic_gpus: ClassVar[bool] = True
+
+    @abstractmethod
+    def optimize(self, jobs: Sequence[JobView], cluster: Cluster, now: float) -> PolicyResult:
+        """Return the allocations for this round. Must not mutate `jobs`."""

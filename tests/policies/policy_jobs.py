@@ -1,0 +1,97 @@
+"""Hand-built job views and a tiny round loop for policy tests (no simulator needed)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from pollux.cluster import Allocation, Cluster
+from pollux.goodput import ThroughputParams
+from pollux.policies.base import JobView, Policy, PolicyResult
+
+PARAMS = ThroughputParams(alpha_c=0.05, beta_c=0.002, alpha_r=0.02, beta_r=0.002, alpha_n=0.08, beta_n=0.004, gamma=1.5)
+
+
+def view(
+    name: str,
+    submit: float = 0.0,
+    gpus: int = 1,
+    allocation: Allocation | None = None,
+    service: float = 0.0,
+    num_nodes: int = 2,
+    application: str = "cifar10",
+    batch_size: int | None = 512,
+    params: ThroughputParams | None = None,
+    remaining: float | None = None,
+    max_gpus: int = 64,
+    local_bsz_bounds: tuple[int, int] = (32, 256),
+    placement_sensitive: bool = False,
+) -> JobView:
+    return JobView(
+        name=name,
+        application=application,
+        submit_time_s=submit,
+        allocation=allocation if allocation is not None else (0,) * num_nodes,
+        num_restarts=0,
+        attained_service_gpu_s=service,
+        requested_gpus=gpus,
+        max_gpus=max_gpus,
+        init_batch_size=128,
+        max_batch_size=4096,
+        local_bsz_bounds=local_bsz_bounds,
+        batch_size=batch_size,
+        throughput_params=params,
+        remaining_steps=remaining,
+        placement_sensitive=placement_sensitive,
+    )
+
+
+def random_jobs(rng: np.random.Generator, count: int, cluster: Cluster) -> list[JobView]:
+    """Jobs with random submit times, GPU requests (some larger than the cluster), batches and remaining work."""
+    jobs = []
+    for i in range(count):
+        measured = rng.random() < 0.7
+        jobs.append(
+            view(
+                f"job-{i}",
+                submit=float(rng.integers(0, 600)),
+                gpus=int(rng.integers(1, cluster.num_gpus + 3)),
+                num_nodes=cluster.num_nodes,
+                application=str(rng.choice(["cifar10", "imagenet", "bert"])),
+                batch_size=int(rng.choice([128, 512, 2048])),
+                params=replace(PARAMS, beta_r=float(rng.uniform(0, 0.05))) if measured else None,
+                remaining=float(rng.integers(1, 20000)),
+                max_gpus=int(rng.integers(1, 40)),
+                placement_sensitive=bool(rng.random() < 0.3),
+            )
+        )
+    return jobs
+
+
+def run_rounds(
+    policy: Policy, cluster: Cluster, jobs: Sequence[JobView], rng: np.random.Generator, rounds: int, interval_s=60.0
+) -> list[tuple[list[JobView], PolicyResult]]:
+    """Feed a policy its own decisions back for `rounds` rounds: service grows with GPUs held, remaining work
+    shrinks, some jobs finish. Returns each round's views and result."""
+    state = {job.name: job for job in jobs}
+    history = []
+    for r in range(rounds):
+        now = r * interval_s
+        views = [job for job in state.values() if job.submit_time_s <= now]
+        result = policy.optimize(views, cluster, now)
+        history.append((views, result))
+        for job in views:
+            alloc = result.allocations.get(job.name, cluster.empty())
+            gpus = sum(alloc)
+            remaining = None if job.remaining_steps is None else max(job.remaining_steps - 50 * gpus, 1.0)
+            state[job.name] = replace(
+                job,
+                allocation=alloc,
+                attained_service_gpu_s=job.attained_service_gpu_s + gpus * interval_s,
+                remaining_steps=remaining,
+            )
+            if gpus and rng.random() < 0.05:
+                del state[job.name]
+    return history
