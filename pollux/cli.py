@@ -12,6 +12,8 @@ from rich.table import Table
 
 from pollux.data.cli import app as data_app
 from pollux.errors import PolluxError
+from pollux.sim.cli import simulate_command
+from pollux.sim.workload_cli import app as workload_app
 
 app = typer.Typer(
     help="Pollux: goodput-optimized scheduling of deep-learning training jobs.",
@@ -20,6 +22,8 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(data_app, name="data", help="Find, fetch and verify the Pollux artifact's data.")
+app.add_typer(workload_app, name="workload", help="Generate and inspect workload traces.")
+app.command("simulate")(simulate_command)
 
 DataDirOption = Annotated[
     Path | None,
@@ -28,7 +32,7 @@ DataDirOption = Annotated[
 
 
 @app.command()
-def demo(data_dir: DataDirOption = None) -> None:
+def fit(data_dir: DataDirOption = None) -> None:
     """Fit the throughput model to every real job profile and print how well it fits."""
     from pollux.calibration import fit_profile
     from pollux.data.locate import find_data_dir

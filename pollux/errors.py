@@ -26,3 +26,7 @@ class SpecError(PolluxError):
 
 class TraceError(PolluxError):
     """A workload trace row is malformed."""
+
+
+class CatalogError(SpecError):
+    """A parametric job catalog (TOML) is unreadable or has a bad entry; the message names file, type and field."""

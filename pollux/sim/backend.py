@@ -1,0 +1,270 @@
+"""The simulator's backend: virtual progress of jobs from their job models, on a virtual clock.
+
+Each `SimJob` follows the artifact's job model (DESIGN.md, "Simulated jobs"): progress in M0-steps, `gain` per
+step from the true gradient statistics, epochs by progress, a restart delay after every allocation change, and an
+agent that learns its throughput model only from the placements it has itself run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pollux.cluster import Allocation, Cluster, num_nodes_used, placement
+from pollux.engine import Decision
+from pollux.goodput import GoodputFunction, GradientStats, ThroughputParams, ThroughputSamples, fit_throughput
+from pollux.policies.base import JobView
+from pollux.policies.placement import fixed_batch_config
+from pollux.sim.jobmodel import JobModel
+
+MAX_ELASTIC_GPUS = 64  # the artifact's simulator caps an elastic job at 64 GPUs
+PLACEMENT_SENSITIVITY = 1.2  # spread/packed step-time ratio above which a model counts as placement-sensitive
+
+
+@dataclass(frozen=True)
+class SimJobSpec:
+    """A workload row as the simulator runs it."""
+
+    name: str
+    application: str
+    submit_time_s: float
+    requested_gpus: int
+    batch_size: int | None  # fixed total batch; None: the job picks it by goodput
+    max_gpus: int | None = None  # extra cap (the artifact runs ncf on one GPU under elastic policies)
+
+
+@dataclass
+class SimJob:
+    """Mutable state of one simulated job (the backend owns it; policies see only `JobView`s)."""
+
+    spec: SimJobSpec
+    model: JobModel
+    fit_throughput_model: bool = True
+    allocation: Allocation = ()
+    local_bsz: int = 0
+    accum_steps: int = 0
+    progress: float = 0.0
+    epoch: int = 0
+    restart_left_s: float = 0.0
+    attained_gpu_s: float = 0.0
+    num_restarts: int | None = None  # None until the first start
+    start_time_s: float | None = None
+    completion_time_s: float | None = None
+    running_s: float = 0.0
+    samples: dict[tuple[int, int, int], tuple[float, float]] = field(default_factory=dict)
+    params: ThroughputParams | None = None
+    grad_stats: GradientStats | None = None
+    _gains: list[float] = field(default_factory=list, repr=False)  # gain per epoch at the fixed batch
+    _steps_after: list[float] | None = field(default=None, repr=False)  # steps for epochs e.. at the fixed batch
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(self.allocation)
+
+    @property
+    def done(self) -> bool:
+        return self.completion_time_s is not None
+
+    def batch_size(self) -> int:
+        return self.num_gpus * self.local_bsz * (self.accum_steps + 1)
+
+    def max_gpus(self) -> int:
+        """Elastic bound: adaptive jobs explore up to 2× the most GPUs they ran on (DESIGN.md); fixed-batch jobs
+        up to batch // min per-GPU batch."""
+        model = self.model
+        if self.spec.batch_size is None:
+            explored = max((k[1] for k in self.samples), default=0)
+            bound = min(max(2 * explored, 1), MAX_ELASTIC_GPUS, model.max_batch_size // model.min_local_bsz)
+        else:
+            bound = max(self.spec.batch_size // model.min_local_bsz, 1)
+        return min(bound, self.spec.max_gpus) if self.spec.max_gpus else bound
+
+    # -- batch choice (what the agent does) -------------------------------------------------------------------
+    def choose_batch(self) -> None:
+        """Pick (local_bsz, accum_steps) for the current allocation: the fixed batch spread over the GPUs, or the
+        goodput-optimal one from the job's own fitted model."""
+        model, gpus = self.model, self.num_gpus
+        if gpus == 0:
+            self.local_bsz = self.accum_steps = 0
+            return
+        bounds = (model.min_local_bsz, model.max_local_bsz)
+        if self.spec.batch_size is None and self.params is not None:
+            fn = GoodputFunction(self.params, self.grad_stats or GradientStats(0.0, 0.0), model.init_batch_size)
+            choice = fn.optimize(num_nodes_used(self.allocation), gpus, model.max_batch_size, bounds, True)
+            local, accum = int(choice.local_bsz), int(choice.accum_steps)
+        else:
+            target = self.spec.batch_size or max(model.init_batch_size, model.min_local_bsz * gpus)
+            local, accum = fixed_batch_config(target, gpus, model.init_batch_size, model.max_batch_size, bounds)
+        self.local_bsz = max(min(local, model.max_batch_size // (gpus * (accum + 1))), 1)
+        self.accum_steps = accum
+
+    def record_sample(self, nodes: int, gpus: int, step_s: float, sync_s: float) -> None:
+        """Remember a configuration the job ran, and refit its throughput model when it is new."""
+        key = (nodes, gpus, self.local_bsz)
+        if key in self.samples or not self.fit_throughput_model:
+            return
+        self.samples[key] = (step_s, sync_s)
+        keys = list(self.samples)
+        steps = [self.samples[k][0] for k in keys]
+        computes = [max(self.samples[k][0] - self.samples[k][1], 1e-6 * self.samples[k][0]) for k in keys]
+        self.params = fit_throughput(
+            ThroughputSamples.from_arrays(
+                [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], computes, steps
+            )
+        )
+
+    # -- progress ------------------------------------------------------------------------------------------
+    def advance(self, now: float, seconds: float, slowdown: float = 0.0) -> None:
+        """Run for `seconds` of virtual time starting at `now` (the artifact's step, in integer seconds)."""
+        if not self.allocation or self.done:
+            return
+        delay = min(self.restart_left_s, seconds)
+        self.restart_left_s -= delay
+        self.attained_gpu_s += delay * self.num_gpus
+        self.running_s += delay
+        now += delay
+        seconds -= delay
+        model = self.model
+        place = placement(self.allocation)
+        nodes, gpus = len(place), sum(place)
+        while seconds > 0 and not self.done:
+            batch = gpus * self.local_bsz * (self.accum_steps + 1)
+            step_s, sync_s = model.step_time(place, self.local_bsz)
+            stats = model.grad_stats(batch, self.epoch)
+            self.grad_stats = stats
+            self.record_sample(nodes, gpus, step_s, sync_s)
+            scale = batch / model.init_batch_size
+            gain = (stats.var + stats.sqr) / (stats.var / scale + stats.sqr)
+            total_s = step_s + self.accum_steps * (step_s - sync_s)
+            rate = gain / total_s * (1.0 - slowdown)  # M0-steps per second
+            next_progress = model.epoch_progress(self.epoch + 1)
+            if self.progress + rate * seconds < next_progress:
+                self.progress += rate * seconds
+                used = seconds
+            else:
+                used = round((next_progress - self.progress) / rate)
+                self.progress = next_progress
+                self.epoch += 1
+                if self.epoch >= model.max_epochs:
+                    self.completion_time_s = now + used
+            self.attained_gpu_s += used * gpus
+            self.running_s += used
+            now += used
+            seconds -= used
+            self.choose_batch()
+
+    def reallocate(self, allocation: Allocation, now: float, restart_delay_s: float) -> None:
+        """Move the job to `allocation` (all zeros: preempt). Every start or move costs a restart delay."""
+        if sum(allocation) == 0:
+            self.allocation = ()
+            self.local_bsz = self.accum_steps = 0
+            return
+        self.allocation = tuple(allocation)
+        self.restart_left_s = restart_delay_s
+        self.num_restarts = 0 if self.num_restarts is None else self.num_restarts + 1
+        if self.start_time_s is None:
+            self.start_time_s = now
+        self.choose_batch()
+
+    def remaining_steps(self) -> float | None:
+        """Oracle: optimizer steps left at the fixed batch (Optimus' remaining-iterations estimate)."""
+        if self.spec.batch_size is None or self.done:
+            return None
+        model = self.model
+        if self._steps_after is None:
+            batch = self.spec.batch_size
+            scale = batch / model.init_batch_size
+            self._gains, self._steps_after = [], [0.0] * (model.max_epochs + 1)
+            for epoch in range(model.max_epochs):
+                stats = model.grad_stats(batch, epoch)
+                self._gains.append((stats.var + stats.sqr) / (stats.var / scale + stats.sqr))
+            for epoch in reversed(range(model.max_epochs)):
+                length = model.epoch_progress(epoch + 1) - model.epoch_progress(epoch)
+                self._steps_after[epoch] = self._steps_after[epoch + 1] + length / self._gains[epoch]
+        left_in_epoch = model.epoch_progress(self.epoch + 1) - self.progress
+        return left_in_epoch / self._gains[self.epoch] + self._steps_after[self.epoch + 1]
+
+
+def placement_sensitive(model: JobModel) -> bool:
+    """Whether spreading 4 GPUs over 4 nodes slows the model markedly against packing them on one node."""
+    local = model.min_local_bsz
+    packed, _ = model.step_time((4,), local)
+    spread, _ = model.step_time((1, 1, 1, 1), local)
+    return spread > PLACEMENT_SENSITIVITY * packed
+
+
+class SimBackend:
+    """Virtual-clock backend: holds every job of a workload and advances them between rounds."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        jobs: Sequence[SimJobSpec],
+        models: Mapping[str, JobModel],
+        restart_delay_s: float = 30.0,
+        interference: float = 0.0,
+        fit_throughput_model: bool = True,
+    ) -> None:
+        self._cluster = cluster
+        self.restart_delay_s = restart_delay_s
+        self.interference = interference
+        self.jobs = [SimJob(spec, models[spec.application], fit_throughput_model) for spec in jobs]
+        self._sensitive = {name: placement_sensitive(model) for name, model in models.items()}
+        self._by_name = {job.spec.name: job for job in self.jobs}
+
+    @property
+    def cluster(self) -> Cluster:
+        return self._cluster
+
+    def all_done(self) -> bool:
+        return all(job.done for job in self.jobs)
+
+    def advance(self, now: float, seconds: float) -> None:
+        """Advance every running job from `now` by `seconds`, slowing distributed jobs that share a node."""
+        slowed = self._interfering_jobs() if self.interference > 0 else set()
+        for job in self.jobs:
+            job.advance(now, seconds, self.interference if job.spec.name in slowed else 0.0)
+
+    def _interfering_jobs(self) -> set[str]:
+        """Distributed jobs on a node that hosts another distributed job."""
+        per_node: dict[int, list[str]] = {}
+        for job in self.jobs:
+            if job.allocation and num_nodes_used(job.allocation) > 1:
+                for node, gpus in enumerate(job.allocation):
+                    if gpus:
+                        per_node.setdefault(node, []).append(job.spec.name)
+        return {name for names in per_node.values() if len(names) > 1 for name in names}
+
+    def active(self, now: float) -> list[SimJob]:
+        return [job for job in self.jobs if job.spec.submit_time_s <= now and not job.done]
+
+    def job_views(self, now: float) -> list[JobView]:
+        empty = self._cluster.empty()
+        views = []
+        for job in self.active(now):
+            model = job.model
+            views.append(
+                JobView(
+                    name=job.spec.name,
+                    application=job.spec.application,
+                    submit_time_s=job.spec.submit_time_s,
+                    allocation=job.allocation or empty,
+                    num_restarts=job.num_restarts or 0,
+                    attained_service_gpu_s=job.attained_gpu_s,
+                    requested_gpus=job.spec.requested_gpus,
+                    max_gpus=job.max_gpus(),
+                    init_batch_size=model.init_batch_size,
+                    max_batch_size=model.max_batch_size,
+                    local_bsz_bounds=(model.min_local_bsz, model.max_local_bsz),
+                    batch_size=job.spec.batch_size,
+                    throughput_params=job.params,
+                    grad_stats=job.grad_stats,
+                    remaining_steps=job.remaining_steps(),
+                    placement_sensitive=self._sensitive[job.spec.application],
+                )
+            )
+        return views
+
+    def apply(self, decisions: Sequence[Decision], now: float) -> None:
+        for decision in decisions:
+            self._by_name[decision.job].reallocate(decision.allocation, now, self.restart_delay_s)

@@ -1,0 +1,193 @@
+"""`pollux simulate`: every chosen policy on one workload, in parallel processes, with a table and plots."""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from pollux.cluster import Cluster
+from pollux.errors import DataNotFoundError, PolluxError
+from pollux.sim.run import SimConfig, SimResult
+
+DEFAULT_WORKLOAD = "workload-1"
+OFFLINE_JOBS, OFFLINE_HOURS = 160, 8.0
+
+
+@dataclass(frozen=True)
+class SimInputs:
+    """Where models and the workload come from, as resolved once in the parent process."""
+
+    workload: str
+    data_dir: Path | None
+    offline: bool  # no artifact data: parametric catalog + generated workload
+    seed: int
+
+
+def resolve_inputs(
+    workload: str, data_dir: Path | None, seed: int, allow_offline: bool = True
+) -> tuple[SimInputs, str]:
+    """Measured profiles and the named workload when the data is there; else (for an artifact name, not a file)
+    the parametric catalog with a generated workload. Returns the inputs and a line saying which."""
+    from pollux.data.locate import find_data_dir
+
+    try:
+        location = find_data_dir(data_dir)
+    except DataNotFoundError as error:
+        if Path(workload).is_file() or not allow_offline:
+            raise
+        note = (
+            f"No artifact data ({error}). Running on the parametric job catalog with a generated workload "
+            f"({OFFLINE_JOBS} jobs over {OFFLINE_HOURS:g} h, seed {seed}) instead of {workload}."
+        )
+        return SimInputs(workload, None, True, seed), note
+    return SimInputs(workload, location.path, False, seed), f"Job profiles and workload from {location.path}"
+
+
+def load_inputs(inputs: SimInputs):
+    """(models, workload) for `inputs`; runs in each worker process."""
+    if inputs.offline:
+        from pollux.sim.generate import generate_workload
+        from pollux.sim.parametric import load_catalog
+
+        models = load_catalog()
+        return models, generate_workload(OFFLINE_JOBS, OFFLINE_HOURS, inputs.seed, source="summary")
+    from pollux.sim.measured import load_measured_models
+    from pollux.sim.workload import read_workload
+
+    models = load_measured_models(inputs.data_dir)
+    return models, read_workload(inputs.workload, inputs.data_dir, applications=models)
+
+
+def run_policy(policy_name: str, inputs: SimInputs, config: SimConfig, progress=None) -> SimResult:
+    """Simulate one policy; `progress` (a queue) receives (policy, finished, total) after each round."""
+    from pollux.policies.registry import policy_class
+    from pollux.sim.run import simulate, simulator_options
+
+    models, workload = load_inputs(inputs)
+    cls = policy_class(policy_name)
+    policy = cls(**simulator_options(cls, models))
+    report = None
+    if progress is not None:
+        report = lambda now, done, total: progress.put((policy_name, done, total))  # noqa: E731
+    return simulate(workload.jobs, policy, models, config, on_round=report)
+
+
+def run_policies(
+    policies: list[str], inputs: SimInputs, config: SimConfig, processes: int, console: Console
+) -> list[SimResult]:
+    """Run each policy in its own process with a progress bar per policy."""
+    with (
+        multiprocessing.Manager() as manager,
+        Progress(
+            TextColumn("{task.description:>10}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("jobs done"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        ) as bars,
+    ):
+        updates = manager.Queue()
+        tasks = {name: bars.add_task(name, total=None) for name in policies}
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=max(1, processes), mp_context=context) as pool:
+            futures = {name: pool.submit(run_policy, name, inputs, config, updates) for name in policies}
+            while not all(f.done() for f in futures.values()):
+                try:
+                    name, done, total = updates.get(timeout=0.2)
+                    bars.update(tasks[name], completed=done, total=total)
+                except queue.Empty:
+                    pass
+            results = [futures[name].result() for name in policies]
+        for result in results:
+            bars.update(tasks[result.policy], completed=len(result.jobs), total=len(result.jobs))
+    return results
+
+
+def summary_table(results: list[SimResult], title: str) -> Table:
+    table = Table(title=title)
+    columns = (
+        "policy",
+        "avg JCT h",
+        "median h",
+        "p99 h",
+        "makespan h",
+        "queue h",
+        "GPU util",
+        "restarts",
+        "ρ>1",
+        "worst ρ",
+        "wall s",
+    )
+    for name in columns:
+        table.add_column(name, justify="left" if name == "policy" else "right")
+    for r in sorted(results, key=lambda r: r.summary["avg_jct_s"]):
+        s = r.summary
+        table.add_row(
+            r.policy,
+            f"{s['avg_jct_s'] / 3600:.2f}",
+            f"{s['median_jct_s'] / 3600:.2f}",
+            f"{s['p99_jct_s'] / 3600:.2f}",
+            f"{s['makespan_s'] / 3600:.1f}",
+            f"{s['avg_queueing_s'] / 3600:.2f}",
+            f"{s['gpu_utilization']:.0%}",
+            f"{s['avg_restarts']:.1f}",
+            f"{s['unfair_share']:.0%}",
+            f"{s['worst_fairness']:.1f}",
+            f"{r.wall_s:.1f}",
+        )
+    return table
+
+
+def simulate_command(
+    workload: Annotated[
+        str, typer.Argument(help="CSV path, or an artifact name such as workload-1.")
+    ] = DEFAULT_WORKLOAD,
+    policy: Annotated[
+        list[str] | None, typer.Option("--policy", "-p", help="Repeat for several; default: all.")
+    ] = None,
+    nodes: Annotated[int, typer.Option(help="Nodes in the cluster.")] = 16,
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs on each node.")] = 4,
+    interval: Annotated[int, typer.Option(help="Seconds between scheduling rounds.")] = 60,
+    restart_delay: Annotated[int, typer.Option(help="Seconds lost at every (re)start.")] = 30,
+    interference: Annotated[float, typer.Option(help="Slowdown of distributed jobs sharing a node, 0-1.")] = 0.0,
+    seed: Annotated[int, typer.Option(help="Seed for anything random (generated workloads, searches).")] = 0,
+    out: Annotated[Path, typer.Option(help="Folder for summary.json, CSVs and plots.")] = Path("results/simulate"),
+    processes: Annotated[int, typer.Option(help="Policies simulated at once.")] = 2,
+    data_dir: Annotated[Path | None, typer.Option(help="Artifact data folder.")] = None,
+) -> None:
+    """Replay a workload under each policy and compare them: table on screen, files in --out."""
+    from pollux.policies.registry import POLICIES
+    from pollux.sim.report import write_outputs
+
+    console = Console()
+    try:
+        names = policy or list(POLICIES)
+        unknown = [n for n in names if n not in POLICIES]
+        if unknown:
+            raise PolluxError(f"unknown policy {unknown[0]!r}; choose from: {', '.join(POLICIES)}")
+        if not 0.0 <= interference < 1.0:
+            raise PolluxError(f"--interference must be in [0, 1), got {interference}")
+        config = SimConfig(Cluster(nodes, gpus_per_node), interval, restart_delay, interference)
+        inputs, note = resolve_inputs(workload, data_dir, seed)
+        console.print(note)
+        results = run_policies(names, inputs, config, processes, console)
+        paths = write_outputs(results, out)
+    except PolluxError as error:
+        Console(stderr=True).print(f"[red]error:[/] {error}", soft_wrap=True, highlight=False)
+        raise typer.Exit(2) from None
+    title = f"{workload if not inputs.offline else 'generated workload'} on {nodes}×{gpus_per_node} GPUs"
+    Console(width=max(console.width, 120)).print(summary_table(results, title))
+    console.print(
+        f"Wrote {len(paths)} files to {out}/ — plots: " + ", ".join(p.name for p in paths if p.suffix == ".png")
+    )

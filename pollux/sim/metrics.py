@@ -1,0 +1,71 @@
+"""What a simulation measures: per-job records, a timeline, and the summary people compare policies by.
+
+Finish-time fairness (Themis, NSDI'20) ρ_j = JCT_j / JCT_j(alone on an exclusive 1/J share). J is the
+time-averaged number of active jobs over the job's own lifetime (submit → finish), so a job that ran while the
+cluster was crowded is compared against a proportionally smaller share. The share is max(1, round(G/J)) GPUs of
+the G in the cluster, packed on as few nodes as possible, capped by what the job can use; the job runs alone on
+it under the same rules (its fixed batch, or its own goodput-optimal batch) including one restart delay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One finished (or unfinished, at the end of a capped run) job. Times in seconds."""
+
+    name: str
+    application: str
+    submit_s: float
+    start_s: float | None
+    finish_s: float | None
+    jct_s: float | None
+    restarts: int
+    gpu_seconds: float
+    queueing_s: float
+    fair_share_gpus: int
+    isolated_jct_s: float | None
+    fairness: float | None  # ρ = JCT / isolated JCT; > 1: worse off than on its own share
+
+    def as_row(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TimelinePoint:
+    """The cluster at the end of one scheduling round."""
+
+    time_s: float
+    gpus_in_use: int
+    jobs_running: int
+    jobs_queued: int
+
+
+def _percentile(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if values.size else float("nan")
+
+
+def summarize(jobs: Sequence[JobRecord], timeline: Sequence[TimelinePoint], num_gpus: int) -> dict[str, float]:
+    """Summary metrics, seconds throughout (`avg_jct_s` among them)."""
+    jct = np.array([j.jct_s for j in jobs if j.jct_s is not None], dtype=np.float64)
+    fairness = np.array([j.fairness for j in jobs if j.fairness is not None], dtype=np.float64)
+    finished = [j for j in jobs if j.finish_s is not None]
+    busy = [p for p in timeline if p.jobs_running + p.jobs_queued > 0]
+    return {
+        "jobs": float(len(jobs)),
+        "jobs_finished": float(len(finished)),
+        "avg_jct_s": float(jct.mean()) if jct.size else float("nan"),
+        "median_jct_s": _percentile(jct, 50),
+        "p99_jct_s": _percentile(jct, 99),
+        "makespan_s": max((j.finish_s for j in finished), default=0.0) - min((j.submit_s for j in jobs), default=0.0),
+        "avg_queueing_s": float(np.mean([j.queueing_s for j in jobs])) if jobs else float("nan"),
+        "avg_restarts": float(np.mean([j.restarts for j in jobs])) if jobs else float("nan"),
+        "gpu_utilization": float(np.mean([p.gpus_in_use for p in busy]) / num_gpus) if busy else 0.0,
+        "unfair_share": float(np.mean(fairness > 1.0)) if fairness.size else float("nan"),
+        "worst_fairness": float(fairness.max()) if fairness.size else float("nan"),
+    }

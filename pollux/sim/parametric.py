@@ -1,0 +1,186 @@
+"""Job types described by numbers alone (DESIGN.md, "Job types described by parameters").
+
+Where no measured profile exists (a fresh clone without the data, or a user's own model), a job type is its batch
+bounds, the throughput model's seven `ThroughputParams`, a short table of the gradient noise scale φ against the
+fraction of training done, and its length in epochs of M0-steps. `catalog.toml` beside this file ships the six
+artifact models, derived from their profiles by `scripts/make_catalog.py`; its header documents the format.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pollux.errors import CatalogError
+from pollux.goodput import GradientStats, ThroughputParams, compute_time, iteration_time
+from pollux.goodput.throughput import PARAM_NAMES
+
+DEFAULT_CATALOG = Path(__file__).with_name("catalog.toml")
+
+
+@dataclass(frozen=True)
+class ParametricJobModel:
+    """A `JobModel` from parameters. Step times follow the throughput model (Pollux §3.2); the gradient noise
+    scale φ (examples) is interpolated linearly in the fraction of training done, at the middle of each epoch.
+
+    Gradient statistics are returned as sqr = 1, var = φ/M0, which gives exactly φ's efficiency
+    (φ + M0)/(φ + M) at every batch size M: unlike a measured profile, φ does not depend on the batch.
+    """
+
+    name: str
+    init_batch_size: int  # M0, examples
+    max_batch_size: int  # examples
+    min_local_bsz: int  # examples per GPU
+    max_local_bsz: int  # examples per GPU
+    max_epochs: int
+    progress_per_epoch: float  # M0-steps (examples per epoch / M0)
+    throughput: ThroughputParams  # seconds
+    noise_fraction: tuple[float, ...]  # fraction of training done, ascending in [0, 1]
+    noise_scale: tuple[float, ...]  # φ at each fraction, examples
+    description: str = ""
+    _step_cache: dict[tuple[tuple[int, ...], int], tuple[float, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def step_time(self, placement: tuple[int, ...], local_bsz: int) -> tuple[float, float]:
+        """(T_iter, T_iter − T_grad) in seconds: the sync part is what a step costs beyond its compute, so that
+        accumulation (step − sync) repeats exactly the compute of one micro-batch."""
+        key = (placement, local_bsz)
+        cached = self._step_cache.get(key)
+        if cached is None:
+            num_nodes = sum(1 for g in placement if g)
+            num_replicas = sum(placement)
+            if num_replicas < 1:
+                raise ValueError(f"{self.name}: placement {placement!r} has no GPUs")
+            step_s = float(iteration_time(self.throughput, num_nodes, num_replicas, local_bsz))
+            cached = step_s, step_s - float(compute_time(self.throughput, local_bsz))
+            self._step_cache[key] = cached
+        return cached
+
+    def grad_stats(self, batch_size: float, epoch: int) -> GradientStats:
+        """Statistics of φ at the middle of `epoch` (0-based); the same at every batch size."""
+        fraction = (epoch + 0.5) / self.max_epochs
+        phi = float(np.interp(fraction, self.noise_fraction, self.noise_scale))
+        return GradientStats(sqr=1.0, var=phi / self.init_batch_size)
+
+    def epoch_progress(self, epoch: int) -> float:
+        """Progress (M0-steps) after `epoch` epochs: every epoch is `progress_per_epoch` long."""
+        if not 0 <= epoch <= self.max_epochs:
+            raise ValueError(f"{self.name}: epoch {epoch} out of range; expected 0..{self.max_epochs}")
+        return epoch * self.progress_per_epoch
+
+
+# ---- the catalog file ---------------------------------------------------------------------------------------
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_COUNTS = ("init_batch_size", "max_batch_size", "min_local_bsz", "max_local_bsz", "max_epochs")
+_FIELDS = (*_COUNTS, "progress_per_epoch", "throughput", "noise_scale", "description")
+_OPTIONAL = ("description",)
+
+
+class _Entry:
+    """Reads one job type's table; every complaint names the file, the type and the field."""
+
+    def __init__(self, path: Path, name: str, table: Any) -> None:
+        self.path, self.name = path, name
+        if not _NAME.fullmatch(name):
+            self.fail("", f"bad type name {name!r}; expected letters, digits, '_', '.', '-' (e.g. 'my-bert')")
+        if not isinstance(table, dict):
+            self.fail("", f"expected a table [{name}] of fields, got {type(table).__name__}")
+        self.table = table
+
+    def fail(self, field_name: str, problem: str) -> None:
+        where = f"[{self.name}] {field_name}: " if field_name else f"[{self.name}]: "
+        raise CatalogError(f"{self.path}: {where}{problem}")
+
+    def keys(self, table: dict, accepted: tuple[str, ...], prefix: str = "", optional: tuple[str, ...] = ()) -> None:
+        for key in table:
+            if key not in accepted:
+                self.fail(f"{prefix}{key}", f"unknown field; accepted fields: {', '.join(accepted)}")
+        for key in accepted:
+            if key not in table and key not in optional:
+                self.fail(f"{prefix}{key}", "missing field")
+
+    def number(self, value: Any, field_name: str, minimum: float, strict: bool = False) -> float:
+        """A finite int or float >= minimum (> minimum when strict)."""
+        bound = f"{'>' if strict else '>='} {minimum:g}"
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            self.fail(field_name, f"{value!r} is not a finite number; expected a number {bound}")
+        if value < minimum or (strict and value == minimum):
+            self.fail(field_name, f"{value!r} out of range; expected a number {bound}")
+        return float(value)
+
+    def count(self, field_name: str) -> int:
+        value = self.table[field_name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            self.fail(field_name, f"{value!r} is not a positive integer; expected an integer >= 1")
+        return value
+
+    def throughput(self) -> ThroughputParams:
+        table = self.table["throughput"]
+        if not isinstance(table, dict):
+            self.fail("throughput", f"expected a table [{self.name}.throughput] with {', '.join(PARAM_NAMES)}")
+        self.keys(table, PARAM_NAMES, prefix="throughput.")
+        values = [self.number(table[k], f"throughput.{k}", 0.0) for k in PARAM_NAMES]
+        self.number(table["gamma"], "throughput.gamma", 1.0)
+        return ThroughputParams(*values)
+
+    def noise(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        rows = self.table["noise_scale"]
+        expected = "a list of [fraction of training in 0..1 (ascending), noise scale φ in examples] pairs"
+        if not isinstance(rows, list) or not rows:
+            self.fail("noise_scale", f"expected {expected}")
+        fractions, scales = [], []
+        for i, row in enumerate(rows):
+            if not isinstance(row, list) or len(row) != 2:
+                self.fail(f"noise_scale[{i}]", f"{row!r} is not a pair; expected {expected}")
+            fraction = self.number(row[0], f"noise_scale[{i}] fraction", 0.0)
+            if fraction > 1 or (fractions and fraction <= fractions[-1]):
+                self.fail(f"noise_scale[{i}] fraction", f"{row[0]!r} out of order; expected {expected}")
+            fractions.append(fraction)
+            scales.append(self.number(row[1], f"noise_scale[{i}] φ", 0.0))
+        return tuple(fractions), tuple(scales)
+
+    def model(self) -> ParametricJobModel:
+        self.keys(self.table, _FIELDS, optional=_OPTIONAL)
+        counts = {name: self.count(name) for name in _COUNTS}
+        if counts["min_local_bsz"] > counts["max_local_bsz"]:
+            self.fail("min_local_bsz", f"{counts['min_local_bsz']} > max_local_bsz = {counts['max_local_bsz']}")
+        if counts["init_batch_size"] > counts["max_batch_size"]:
+            self.fail("init_batch_size", f"{counts['init_batch_size']} > max_batch_size = {counts['max_batch_size']}")
+        if counts["min_local_bsz"] > counts["max_batch_size"]:
+            self.fail("min_local_bsz", f"{counts['min_local_bsz']} > max_batch_size = {counts['max_batch_size']}")
+        description = self.table.get("description", "")
+        if not isinstance(description, str):
+            self.fail("description", f"{description!r} is not a string")
+        fractions, scales = self.noise()
+        return ParametricJobModel(
+            name=self.name,
+            progress_per_epoch=self.number(self.table["progress_per_epoch"], "progress_per_epoch", 0.0, strict=True),
+            throughput=self.throughput(),
+            noise_fraction=fractions,
+            noise_scale=scales,
+            description=description,
+            **counts,
+        )
+
+
+def load_catalog(path: Path | str | None = None) -> dict[str, ParametricJobModel]:
+    """Job types from a catalog file (default: the shipped `catalog.toml`), by name, in file order."""
+    path = Path(path) if path is not None else DEFAULT_CATALOG
+    try:
+        with path.open("rb") as f:
+            document = tomllib.load(f)
+    except FileNotFoundError:
+        raise CatalogError(f"{path}: no such catalog file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise CatalogError(f"{path}: not valid TOML ({err})") from None
+    if not document:
+        raise CatalogError(f"{path}: no job types; expected one [name] table per type (see {DEFAULT_CATALOG})")
+    return {name: _Entry(path, name, table).model() for name, table in document.items()}

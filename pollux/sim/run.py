@@ -1,0 +1,189 @@
+"""Run one policy over one workload on the virtual clock: the engine plus `SimBackend`, rounds every interval."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pollux.cluster import Cluster
+from pollux.engine import Scheduler
+from pollux.errors import PolluxError, SpecError
+from pollux.policies.base import JobView, Policy
+from pollux.sim.backend import SimBackend, SimJob, SimJobSpec
+from pollux.sim.jobmodel import JobModel
+from pollux.sim.metrics import JobRecord, TimelinePoint, summarize
+
+# The artifact runs ncf at its measured batch on one GPU under elastic policies (DESIGN.md, Pollux's jobs).
+ARTIFACT_ELASTIC_OVERRIDES: dict[str, tuple[int | None, int]] = {"ncf": (32768, 1)}
+MAX_SIMULATED_S = 60 * 24 * 3600  # a run longer than 60 simulated days means a job can never be placed
+
+
+class SimulationError(PolluxError):
+    """A simulation cannot finish (e.g. a job that no allocation can ever hold)."""
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Knobs of a simulated run (DESIGN.md, "Rounds")."""
+
+    cluster: Cluster = field(default_factory=Cluster)
+    interval_s: int = 60
+    restart_delay_s: int = 30
+    interference: float = 0.0
+    avoid_sharing: bool = False
+
+
+@dataclass(frozen=True)
+class WorkloadRow:
+    """What the simulator needs of a workload row (a `pollux.sim.workload.WorkloadJob` fits)."""
+
+    name: str
+    submit_time_s: float
+    application: str
+    num_replicas: int
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class SimResult:
+    policy: str
+    jobs: tuple[JobRecord, ...]
+    timeline: tuple[TimelinePoint, ...]
+    summary: dict[str, float]
+    wall_s: float
+
+
+def job_specs(rows: Sequence[WorkloadRow], policy: Policy, models: Mapping[str, JobModel], cluster: Cluster):
+    """Workload rows as the policy's jobs: adaptive ones drop the user's batch; fixed ones keep it."""
+    specs = []
+    for row in rows:
+        if row.application not in models:
+            raise SpecError(f"job {row.name}: unknown application {row.application!r}; known: {sorted(models)}")
+        if row.num_replicas > cluster.num_gpus:
+            raise SpecError(
+                f"job {row.name}: asks for {row.num_replicas} GPUs but the cluster has {cluster.num_gpus}; "
+                "use a larger --nodes/--gpus-per-node or fix the workload's num_replicas"
+            )
+        batch: int | None = row.batch_size
+        cap = None
+        if row.application in ARTIFACT_ELASTIC_OVERRIDES and policy.elastic_gpus:
+            override_batch, cap = ARTIFACT_ELASTIC_OVERRIDES[row.application]
+            batch = override_batch if policy.adapts_batch_size else batch
+        elif policy.adapts_batch_size:
+            batch = None
+        if not policy.elastic_gpus:
+            cap = row.num_replicas
+        specs.append(SimJobSpec(row.name, row.application, float(row.submit_time_s), row.num_replicas, batch, cap))
+    return specs
+
+
+def simulator_options(policy_cls: type[Policy], models: Mapping[str, JobModel]) -> dict[str, object]:
+    """What only a simulator can offer a policy, given to those whose constructor asks for it by name.
+
+    `step_time`: the true step time from the job models (the artifact's Optimus reads the measured profiles
+    rather than a fitted model). Policies that do not take it never see the true profile.
+    """
+    options: dict[str, object] = {}
+    if "step_time" in inspect.signature(policy_cls).parameters:
+        options["step_time"] = TrueStepTime(models)
+    return options
+
+
+class TrueStepTime:
+    """Seconds per step of a job from its job model: step + s·(step − sync)."""
+
+    def __init__(self, models: Mapping[str, JobModel]) -> None:
+        self._models = models
+
+    def __call__(self, job: JobView, placement: tuple[int, ...], local_bsz: int, accum_steps: int) -> float:
+        step_s, sync_s = self._models[job.application].step_time(placement, local_bsz)
+        return step_s + accum_steps * (step_s - sync_s)
+
+
+def isolated_jct(job: SimJob, gpus: int, config: SimConfig) -> float:
+    """JCT of `job`'s model alone on `gpus` GPUs packed on nodes, from submission, with one restart delay."""
+    per_node = config.cluster.gpus_per_node
+    alloc = [min(per_node, gpus - i * per_node) for i in range(-(-gpus // per_node))]
+    solo = SimJob(job.spec, job.model, fit_throughput_model=job.spec.batch_size is None)
+    solo.reallocate(tuple(alloc), 0.0, config.restart_delay_s)
+    solo.advance(0.0, float(MAX_SIMULATED_S))
+    return float(solo.completion_time_s) if solo.completion_time_s is not None else float("nan")
+
+
+def simulate(
+    rows: Sequence[WorkloadRow],
+    policy: Policy,
+    models: Mapping[str, JobModel],
+    config: SimConfig = SimConfig(),
+    on_round: Callable[[float, int, int], None] | None = None,
+) -> SimResult:
+    """Replay `rows` under `policy`. `on_round(now, finished, total)` reports progress after every round."""
+    started = time.perf_counter()
+    backend = SimBackend(
+        config.cluster,
+        job_specs(rows, policy, models, config.cluster),
+        models,
+        restart_delay_s=config.restart_delay_s,
+        interference=config.interference,
+        fit_throughput_model=policy.uses_throughput_model,
+    )
+    scheduler = Scheduler(policy, backend, avoid_sharing=config.avoid_sharing)
+    timeline: list[TimelinePoint] = []
+    now = 0.0
+    while not backend.all_done():
+        if now > MAX_SIMULATED_S:
+            stuck = [job.spec.name for job in backend.jobs if not job.done][:5]
+            raise SimulationError(f"{policy.name}: jobs {stuck} still unfinished after 60 simulated days")
+        backend.advance(now, config.interval_s)
+        now += config.interval_s
+        scheduler.step(now)
+        active = backend.active(now)
+        running = [job for job in active if job.allocation]
+        timeline.append(
+            TimelinePoint(now, sum(job.num_gpus for job in running), len(running), len(active) - len(running))
+        )
+        if on_round is not None:
+            on_round(now, sum(job.done for job in backend.jobs), len(backend.jobs))
+    records = _records(backend, timeline, config)
+    return SimResult(
+        policy.name,
+        records,
+        tuple(timeline),
+        summarize(records, timeline, config.cluster.num_gpus),
+        time.perf_counter() - started,
+    )
+
+
+def _records(backend: SimBackend, timeline: Sequence[TimelinePoint], config: SimConfig) -> tuple[JobRecord, ...]:
+    times = np.array([p.time_s for p in timeline])
+    active = np.array([p.jobs_running + p.jobs_queued for p in timeline], dtype=np.float64)
+    total_gpus = config.cluster.num_gpus
+    records = []
+    for job in backend.jobs:
+        spec, finish = job.spec, job.completion_time_s
+        jct = None if finish is None else finish - spec.submit_time_s
+        window = (times >= spec.submit_time_s) & (times <= (finish if finish is not None else times[-1]))
+        contention = float(active[window].mean()) if np.any(window) else 1.0
+        share = max(1, min(round(total_gpus / max(contention, 1.0)), job.max_gpus()))
+        alone = isolated_jct(job, share, config)
+        records.append(
+            JobRecord(
+                name=spec.name,
+                application=spec.application,
+                submit_s=spec.submit_time_s,
+                start_s=job.start_time_s,
+                finish_s=finish,
+                jct_s=jct,
+                restarts=job.num_restarts or 0,
+                gpu_seconds=job.attained_gpu_s,
+                queueing_s=(jct if jct is not None else 0.0) - job.running_s,
+                fair_share_gpus=share,
+                isolated_jct_s=alone,
+                fairness=None if jct is None or not alone else jct / alone,
+            )
+        )
+    return tuple(records)

@@ -1,0 +1,77 @@
+"""The engine on the virtual clock: restarts counted from decisions, run times as the job model says."""
+
+import pytest
+
+from pollux.cluster import Cluster
+from pollux.data.locate import find_data_dir
+from pollux.engine import Scheduler, diff
+from pollux.errors import SpecError
+from pollux.policies.registry import make_policy
+from pollux.sim.backend import SimBackend, SimJobSpec
+from pollux.sim.jobmodel import run_time_s
+from pollux.sim.measured import load_measured_models
+from pollux.sim.run import SimConfig, WorkloadRow, simulate
+
+
+@pytest.fixture(scope="module")
+def models():
+    return load_measured_models(find_data_dir().path)
+
+
+def row(name, submit, app, gpus, batch):
+    return WorkloadRow(name=name, submit_time_s=submit, application=app, num_replicas=gpus, batch_size=batch)
+
+
+@pytest.mark.parametrize("app,gpus,batch", [("cifar10", 1, 128), ("cifar10", 4, 512), ("bert", 2, 24)])
+def test_a_lone_job_takes_its_run_time_plus_one_restart_delay(models, app, gpus, batch):
+    config = SimConfig(cluster=Cluster(2, 4), interval_s=60, restart_delay_s=30)
+    result = simulate([row("solo", 60, app, gpus, batch)], make_policy("fifo"), models, config)
+    (job,) = result.jobs
+    model = models[app]
+    local = batch // gpus
+    expected = config.restart_delay_s + run_time_s(model, (gpus,), local)
+    # The artifact's clock rounds each epoch's end to a whole second.
+    assert job.jct_s == pytest.approx(expected, abs=0.5 * model.max_epochs + 1)
+    assert job.restarts == 0
+    assert job.start_s == 60
+
+
+def test_diff_turns_allocations_into_explicit_decisions(models):
+    backend = SimBackend(
+        Cluster(2, 4),
+        [SimJobSpec("a", "cifar10", 0, 2, 256), SimJobSpec("b", "cifar10", 0, 2, 256)],
+        models,
+    )
+    views = backend.job_views(0)
+    decisions = diff(views, {"a": (2, 0), "b": (0, 2)}, (0, 0))
+    assert [(d.job, d.kind) for d in decisions] == [("a", "start"), ("b", "start")]
+    backend.apply(decisions, 0)
+    decisions = diff(backend.job_views(60), {"a": (1, 1)}, (0, 0))
+    assert [(d.job, d.kind) for d in decisions] == [("a", "resize"), ("b", "stop")]
+
+
+def test_restarts_are_counted_from_reallocations(models):
+    backend = SimBackend(Cluster(2, 4), [SimJobSpec("a", "cifar10", 0, 2, 256)], models)
+    scheduler = Scheduler(make_policy("fifo"), backend)
+    scheduler.step(0)
+    job = backend.jobs[0]
+    assert job.num_restarts == 0 and job.restart_left_s == 30
+    backend.apply(diff(backend.job_views(60), {"a": (1, 1)}, (0, 0)), 60)
+    assert job.num_restarts == 1
+
+
+def test_same_workload_and_policy_give_identical_results(models):
+    rows = [
+        row(f"j{i}", 60 * i, app, 2, 256 if app == "cifar10" else 24)
+        for i, app in enumerate(["cifar10", "bert", "cifar10", "bert", "cifar10"])
+    ]
+    config = SimConfig(cluster=Cluster(1, 4))
+    first = simulate(rows, make_policy("tiresias"), models, config)
+    second = simulate(rows, make_policy("tiresias"), models, config)
+    assert first.jobs == second.jobs
+    assert first.summary["avg_jct_s"] == second.summary["avg_jct_s"]
+
+
+def test_a_job_larger_than_the_cluster_is_refused_before_simulating(models):
+    with pytest.raises(SpecError, match="asks for 16 GPUs"):
+        simulate([row("big", 0, "cifar10", 16, 2048)], make_policy("fifo"), models, SimConfig(Cluster(2, 4)))
