@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/pollux fit
+	$(BIN)/pollux simulate workload-1 --out results/demo
 
 test: $(STAMP)
 	$(BIN)/ruff check .
@@ -23,6 +23,8 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.fit_profiles
 	$(BIN)/python -m benchmarks.goodput_speed
+	$(BIN)/python -m benchmarks.sim_speed
+	$(BIN)/python -m benchmarks.reference
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
