@@ -80,6 +80,9 @@ class Policy(ABC):
     adapts_batch_size: ClassVar[bool] = False
     # Whether the policy reads `JobView.throughput_params`; backends skip refitting for those that don't.
     uses_throughput_model: bool = True  # a class attribute, or a property where it depends on options
+    # Constructor arguments only a simulator can supply (e.g. "step_time": true step times from the job models);
+    # `pollux.sim.run.simulator_options` fills them. Such knowledge never reaches the policy in the runtime.
+    simulator_inputs: ClassVar[tuple[str, ...]] = ()
     # Whether the policy changes a job's GPU count (elastic) or only runs it at its requested size (rigid).
     elastic_gpus: ClassVar[bool] = True
 

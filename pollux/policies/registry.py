@@ -12,6 +12,7 @@ from pollux.policies.base import Policy
 POLICIES: dict[str, str] = {
     "fifo": "pollux.policies.fifo:FifoPolicy",
     "tiresias": "pollux.policies.tiresias:TiresiasPolicy",
+    "tiresias-gittins": "pollux.policies.tiresias:TiresiasGittinsPolicy",
     "optimus": "pollux.policies.optimus:OptimusPolicy",
 }
 

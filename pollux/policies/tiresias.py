@@ -24,7 +24,7 @@ import functools
 import itertools
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -218,3 +218,13 @@ class TiresiasPolicy(Policy):
 
     def _consolidated(self, job: JobView) -> bool:
         return job.application in self._consolidate or (self._consolidate_sensitive and job.placement_sensitive)
+
+
+class TiresiasGittinsPolicy(TiresiasPolicy):
+    """Tiresias' 2D-Gittins variant as a policy of its own name, fed the service distribution of past jobs."""
+
+    name: ClassVar[str] = "tiresias-gittins"
+    simulator_inputs: ClassVar[tuple[str, ...]] = ("gittins_service_samples",)
+
+    def __init__(self, gittins_service_samples: Sequence[float], **options: Any) -> None:
+        super().__init__(mode="gittins", gittins_service_samples=gittins_service_samples, **options)

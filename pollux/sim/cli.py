@@ -74,7 +74,7 @@ def run_policy(policy_name: str, inputs: SimInputs, config: SimConfig, progress=
 
     models, workload = load_inputs(inputs)
     cls = policy_class(policy_name)
-    policy = cls(**simulator_options(cls, models))
+    policy = cls(**simulator_options(cls, models, inputs.data_dir))
     report = None
     if progress is not None:
         report = lambda now, done, total: progress.put((policy_name, done, total))  # noqa: E731

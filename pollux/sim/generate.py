@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import itertools
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -42,6 +43,7 @@ DAY_S = 24 * 3600
 HOUR_S = 3600
 MIN_DURATION_S = 60.0
 MAX_GPU_TIME_S = 1000.0 * HOUR_S
+GPU_TIME_QUANTILES = 201  # 0, 0.5, ..., 100 percent
 DEFAULT_START_HOUR = 2
 # GPU-time bucket upper edges (1, 10, 100 GPU-hours) and the applications each bucket becomes, chosen uniformly:
 # "cifar10 or ncf at random" and "deepspeech2, half of them bert" are both a fair pick between two.
@@ -80,6 +82,7 @@ class PhillySummary:
 
     jobs_by_hour_and_bucket: np.ndarray  # shape (24, 4), counts
     tuned_configurations: Mapping[str, tuple[tuple[int, int], ...]]
+    gpu_time_quantiles_s: tuple[float, ...]  # GPU-time of kept jobs at 0, 0.5, ..., 100 percent
 
 
 def find_philly_trace(data_dir: Path | None = None) -> Path:
@@ -164,6 +167,12 @@ def summarize_philly(trace: PhillyTrace) -> list[list[int]]:
     return counts.tolist()
 
 
+def gpu_time_quantiles(trace: PhillyTrace) -> list[float]:
+    """GPU-seconds of kept jobs at evenly spaced quantiles: the service distribution without the trace."""
+    values = np.quantile(trace.gpu_time_s[trace.kept()], np.linspace(0.0, 1.0, GPU_TIME_QUANTILES))
+    return [round(float(v), 1) for v in values]
+
+
 def tuned_configurations_from_workloads(workloads: Iterable[Workload]) -> dict[str, list[list[int]]]:
     """The distinct (GPUs, batch) requests per application: in the artifact's tuned workloads these are exactly the
     choices its 50–80%-of-linear-scaling rule offered (it drew uniformly among them, and every one appears)."""
@@ -200,6 +209,7 @@ def build_summary(data_dir: Path) -> dict[str, Any]:
         },
         "gpu_time_bucket_upper_edges_s": list(BUCKET_EDGES_S),
         "jobs_by_hour_and_bucket": summarize_philly(trace),
+        "gpu_time_quantiles_s": gpu_time_quantiles(trace),
         "tuned_configurations_from": f"the artifact's {len(tuned_names)} tuned workloads (all but workloads-realistic)",
         "tuned_configurations": tuned_configurations_from_workloads(workloads),
     }
@@ -216,6 +226,7 @@ def load_summary(path: Path = SUMMARY_PATH) -> PhillySummary:
             application: tuple((int(gpus), int(batch)) for gpus, batch in pairs)
             for application, pairs in raw["tuned_configurations"].items()
         }
+        quantiles = tuple(float(q) for q in raw["gpu_time_quantiles_s"])
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise DataNotFoundError(
             f"{path}: unreadable workload summary ({error}); rerun scripts/make_philly_summary.py"
@@ -225,7 +236,9 @@ def load_summary(path: Path = SUMMARY_PATH) -> PhillySummary:
     counts.flags.writeable = False
     if edges != BUCKET_EDGES_S:
         raise DataNotFoundError(f"{path}: GPU-time bucket edges {edges} differ from the generator's {BUCKET_EDGES_S}")
-    return PhillySummary(jobs_by_hour_and_bucket=counts, tuned_configurations=tuned)
+    if len(quantiles) != GPU_TIME_QUANTILES or any(b < a for a, b in itertools.pairwise(quantiles)):
+        raise DataNotFoundError(f"{path}: gpu_time_quantiles_s must be {GPU_TIME_QUANTILES} increasing values")
+    return PhillySummary(jobs_by_hour_and_bucket=counts, tuned_configurations=tuned, gpu_time_quantiles_s=quantiles)
 
 
 def tuned_configurations(application: str) -> tuple[tuple[int, int], ...]:

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from pollux.cluster import Cluster
 from pollux.engine import Scheduler
-from pollux.errors import PolluxError, SpecError
+from pollux.errors import DataNotFoundError, PolluxError, SpecError
 from pollux.policies.base import JobView, Policy
 from pollux.sim.backend import SimBackend, SimJob, SimJobSpec
 from pollux.sim.jobmodel import JobModel
@@ -81,16 +81,34 @@ def job_specs(rows: Sequence[WorkloadRow], policy: Policy, models: Mapping[str, 
     return specs
 
 
-def simulator_options(policy_cls: type[Policy], models: Mapping[str, JobModel]) -> dict[str, object]:
-    """What only a simulator can offer a policy, given to those whose constructor asks for it by name.
+def simulator_options(
+    policy_cls: type[Policy], models: Mapping[str, JobModel], data_dir: Path | None = None
+) -> dict[str, object]:
+    """The constructor arguments a policy declares in `simulator_inputs`, filled from what the simulator knows.
 
-    `step_time`: the true step time from the job models (the artifact's Optimus reads the measured profiles
-    rather than a fitted model). Policies that do not take it never see the true profile.
+    `step_time`: true step times from the job models (the artifact's Optimus reads its measured profiles).
+    `gittins_service_samples`: GPU-seconds of the Philly trace's jobs (Tiresias' 2D-Gittins distribution).
     """
-    options: dict[str, object] = {}
-    if "step_time" in inspect.signature(policy_cls).parameters:
-        options["step_time"] = TrueStepTime(models)
-    return options
+    providers = {
+        "step_time": lambda: TrueStepTime(models),
+        "gittins_service_samples": lambda: philly_service_samples(data_dir),
+    }
+    unknown = [name for name in policy_cls.simulator_inputs if name not in providers]
+    if unknown:
+        raise SpecError(f"policy {policy_cls.name}: the simulator cannot supply {unknown}; it knows {list(providers)}")
+    return {name: providers[name]() for name in policy_cls.simulator_inputs}
+
+
+def philly_service_samples(data_dir: Path | None = None) -> list[float]:
+    """GPU-seconds of the Philly jobs the artifact samples from (duration >= 60 s, < 1,000 GPU-hours); without
+    the trace, the committed quantiles of the same distribution."""
+    from pollux.sim.generate import find_philly_trace, load_summary, read_philly_trace
+
+    try:
+        trace = read_philly_trace(find_philly_trace(data_dir))
+    except DataNotFoundError:
+        return list(load_summary().gpu_time_quantiles_s)
+    return trace.gpu_time_s[trace.kept()].tolist()
 
 
 class TrueStepTime:

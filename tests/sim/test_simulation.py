@@ -75,3 +75,22 @@ def test_same_workload_and_policy_give_identical_results(models):
 def test_a_job_larger_than_the_cluster_is_refused_before_simulating(models):
     with pytest.raises(SpecError, match="asks for 16 GPUs"):
         simulate([row("big", 0, "cifar10", 16, 2048)], make_policy("fifo"), models, SimConfig(Cluster(2, 4)))
+
+
+def test_gittins_service_distribution_falls_back_to_committed_quantiles(tmp_path, monkeypatch):
+    from pollux.sim.run import philly_service_samples
+
+    monkeypatch.setenv("POLLUX_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("POLLUX_CACHE_DIR", str(tmp_path / "cache"))
+    samples = philly_service_samples()
+    assert len(samples) == 201
+    assert samples == sorted(samples) and samples[0] >= 60  # kept jobs ran at least a minute on >= 1 GPU
+
+
+def test_simulator_supplies_only_declared_inputs(models):
+    from pollux.policies.registry import policy_class
+    from pollux.sim.run import TrueStepTime, simulator_options
+
+    assert simulator_options(policy_class("fifo"), models) == {}
+    options = simulator_options(policy_class("optimus"), models)
+    assert isinstance(options["step_time"], TrueStepTime)
