@@ -17,6 +17,7 @@ Priors, for parameters the samples cannot identify (they matter: the scheduler e
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,65 +116,83 @@ def _pinned(s: ThroughputSamples) -> dict[int, float]:
     return pins
 
 
-def _objective(theta: np.ndarray, s: ThroughputSamples, free: np.ndarray) -> tuple[float, np.ndarray]:
-    """Loss and its gradient with respect to theta = (log α_c, log β_c, …, log β_n, γ)."""
-    p = np.exp(theta[:6])
-    gamma = theta[GAMMA]
-    m = s.local_bsz.astype(np.float64)
-    extra = np.maximum(s.num_replicas - 2, 0).astype(np.float64)
-    intra = (s.num_replicas > 1) & (s.num_nodes == 1)
-    inter = (s.num_replicas > 1) & (s.num_nodes > 1)
+class _Objective:
+    """Loss and gradient with respect to theta = (log α_c, log β_c, …, log β_n, γ); per-sample constants are
+    computed once per fit, since L-BFGS-B evaluates the loss tens of times."""
 
-    g = p[A_C] + p[B_C] * m
-    y = np.where(intra, p[A_R] + p[B_R] * extra, np.where(inter, p[A_N] + p[B_N] * extra, 0.0))
-    hi = np.maximum(g, y)
-    rg, ry = g / hi, y / hi
-    q = rg**gamma + ry**gamma
-    o = hi * q ** (1.0 / gamma)
-    t = s.accum_steps * g + o
+    def __init__(self, s: ThroughputSamples, free: np.ndarray) -> None:
+        self.m = s.local_bsz.astype(np.float64)
+        self.extra = np.maximum(s.num_replicas - 2, 0).astype(np.float64)
+        self.intra = ((s.num_replicas > 1) & (s.num_nodes == 1)).astype(np.float64)
+        self.inter = ((s.num_replicas > 1) & (s.num_nodes > 1)).astype(np.float64)
+        self.accum = s.accum_steps.astype(np.float64)
+        self.log_compute = np.log(s.compute_time)
+        self.log_step = np.log(s.step_time)
+        self.free = free
+        self.n = float(s.local_bsz.size)
 
-    e1 = np.log(g) - np.log(s.compute_time)
-    e2 = np.log(t) - np.log(s.step_time)
-    n = e1.size
-    rmse1 = np.sqrt(np.mean(e1**2))
-    rmse2 = np.sqrt(np.mean(e2**2))
-    w1 = e1 / (n * max(rmse1, 1e-12))
-    w2 = e2 / (n * max(rmse2, 1e-12))
+    def __call__(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        p = np.exp(theta[:6])
+        gamma = theta[GAMMA]
+        m, extra, intra, inter = self.m, self.extra, self.intra, self.inter
+        g = p[A_C] + p[B_C] * m
+        y = intra * (p[A_R] + p[B_R] * extra) + inter * (p[A_N] + p[B_N] * extra)
+        hi = np.maximum(g, y)
+        rg, ry = g / hi, y / hi
+        rg_pow, ry_pow = rg**gamma, ry**gamma
+        q = rg_pow + ry_pow
+        o = hi * q ** (1.0 / gamma)
+        t = self.accum * g + o
+        log_g, log_t = np.log(g), np.log(t)
 
-    do_dg = (g / o) ** (gamma - 1.0)
-    do_dy = np.where(y > 0, (y / o) ** (gamma - 1.0), 0.0)
-    dt_dg = s.accum_steps + do_dg
-    log_y = np.log(np.where(y > 0, y, 1.0))
-    dlogo_dgamma = (
-        -np.log(hi) / gamma - np.log(q) / gamma**2 + (rg**gamma * np.log(g) + ry**gamma * log_y) / (gamma * q)
-    )
+        e1 = log_g - self.log_compute
+        e2 = log_t - self.log_step
+        rmse1 = math.sqrt(float(e1 @ e1) / self.n)
+        rmse2 = math.sqrt(float(e2 @ e2) / self.n)
+        w1 = e1 / (self.n * max(rmse1, 1e-12) * g)
+        w2 = e2 / (self.n * max(rmse2, 1e-12) * t)
 
-    grad = np.zeros(7)
-    # d/d(log a) = a · d/da
-    grad[A_C] = p[A_C] * (np.sum(w1 / g) + np.sum(w2 * dt_dg / t))
-    grad[B_C] = p[B_C] * (np.sum(w1 * m / g) + np.sum(w2 * dt_dg * m / t))
-    grad[A_R] = p[A_R] * np.sum(w2 * do_dy * intra / t)
-    grad[B_R] = p[B_R] * np.sum(w2 * do_dy * intra * extra / t)
-    grad[A_N] = p[A_N] * np.sum(w2 * do_dy * inter / t)
-    grad[B_N] = p[B_N] * np.sum(w2 * do_dy * inter * extra / t)
-    grad[GAMMA] = np.sum(w2 * o * dlogo_dgamma / t)
+        do_dg = (g / o) ** (gamma - 1.0)
+        positive = y > 0
+        do_dy = np.where(positive, (np.where(positive, y, 1.0) / o) ** (gamma - 1.0), 0.0)
+        dt_dg = self.accum + do_dg
+        log_y = np.log(np.where(positive, y, 1.0))
+        dlogo_dgamma = -np.log(hi) / gamma - np.log(q) / gamma**2 + (rg_pow * log_g + ry_pow * log_y) / (gamma * q)
 
-    loss = rmse1 + rmse2 + GAMMA_REG * (gamma - 1.0) ** 2
-    grad[GAMMA] += 2 * GAMMA_REG * (gamma - 1.0)
-    for a, b in ((A_R, B_R), (A_N, B_N)):
-        if free[a] and free[b]:
-            share = p[b] / (p[a] + p[b])
-            loss += BETA_REG * share**2
-            dshare = 2 * BETA_REG * share / (p[a] + p[b]) ** 2
-            grad[a] += -dshare * p[b] * p[a]
-            grad[b] += dshare * p[a] * p[b]
-    return float(loss), grad * free
+        w2_dt_dg = w2 * dt_dg
+        w2_do_dy = w2 * do_dy
+        grad = np.array(
+            [
+                float(w1.sum() + w2_dt_dg.sum()),
+                float(w1 @ m + w2_dt_dg @ m),
+                float(w2_do_dy @ intra),
+                float(w2_do_dy @ (intra * extra)),
+                float(w2_do_dy @ inter),
+                float(w2_do_dy @ (inter * extra)),
+                float(w2 @ (o * dlogo_dgamma)),
+            ]
+        )
+        grad[:6] *= p  # d/d(log a) = a · d/da
+
+        loss = rmse1 + rmse2 + GAMMA_REG * (gamma - 1.0) ** 2
+        grad[GAMMA] += 2 * GAMMA_REG * (gamma - 1.0)
+        for a, b in ((A_R, B_R), (A_N, B_N)):
+            if self.free[a] and self.free[b]:
+                share = p[b] / (p[a] + p[b])
+                loss += BETA_REG * share**2
+                dshare = 2 * BETA_REG * share / (p[a] + p[b]) ** 2
+                grad[a] += -dshare * p[b] * p[a]
+                grad[b] += dshare * p[a] * p[b]
+        return float(loss), grad * self.free
 
 
-def fit_throughput(samples: ThroughputSamples) -> ThroughputParams:
-    """Fit the throughput model to `samples` (see the module docstring for the objective and the priors)."""
+def fit_throughput(samples: ThroughputSamples, initial: ThroughputParams | None = None) -> ThroughputParams:
+    """Fit the throughput model to `samples` (see the module docstring for the objective and the priors).
+
+    `initial`: a previous fit to start from (an agent refitting after one more sample converges in a few steps).
+    """
     pins = _pinned(samples)
-    x0 = _initial_guess(samples)
+    x0 = _initial_guess(samples) if initial is None else np.maximum(initial.to_array(), FLOOR)
     for idx, value in pins.items():
         x0[idx] = value
     theta0 = np.concatenate([np.log(np.maximum(x0[:6], FLOOR)), [x0[GAMMA]]])
@@ -181,14 +200,9 @@ def fit_throughput(samples: ThroughputSamples) -> ThroughputParams:
     free[list(pins)] = False
     bounds = [(np.log(FLOOR), LOG_CEILING)] * 6 + [GAMMA_BOUNDS]
     bounds = [(theta0[i], theta0[i]) if not free[i] else b for i, b in enumerate(bounds)]
-    result = minimize(
-        _objective,
-        theta0,
-        args=(samples, free.astype(np.float64)),
-        jac=True,
-        method="L-BFGS-B",
-        bounds=bounds,
-    )
+    theta0 = np.clip(theta0, [b[0] for b in bounds], [b[1] for b in bounds])
+    objective = _Objective(samples, free.astype(np.float64))
+    result = minimize(objective, theta0, jac=True, method="L-BFGS-B", bounds=bounds)
     values = np.concatenate([np.exp(result.x[:6]), [result.x[GAMMA]]])
     if not np.any(samples.num_nodes > 1):
         values[A_N] = INTER_NODE_FACTOR * values[A_R]

@@ -14,6 +14,7 @@ POLICIES: dict[str, str] = {
     "tiresias": "pollux.policies.tiresias:TiresiasPolicy",
     "tiresias-gittins": "pollux.policies.tiresias:TiresiasGittinsPolicy",
     "optimus": "pollux.policies.optimus:OptimusPolicy",
+    "pollux": "pollux.policies.pollux:PolluxPolicy",
 }
 
 

@@ -107,11 +107,10 @@ class SimJob:
         keys = list(self.samples)
         steps = [self.samples[k][0] for k in keys]
         computes = [max(self.samples[k][0] - self.samples[k][1], 1e-6 * self.samples[k][0]) for k in keys]
-        self.params = fit_throughput(
-            ThroughputSamples.from_arrays(
-                [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], computes, steps
-            )
+        samples = ThroughputSamples.from_arrays(
+            [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], computes, steps
         )
+        self.params = fit_throughput(samples, initial=self.params)
 
     # -- progress ------------------------------------------------------------------------------------------
     def advance(self, now: float, seconds: float, slowdown: float = 0.0) -> None:

@@ -126,7 +126,8 @@ def isolated_jct(job: SimJob, gpus: int, config: SimConfig) -> float:
     """JCT of `job`'s model alone on `gpus` GPUs packed on nodes, from submission, with one restart delay."""
     per_node = config.cluster.gpus_per_node
     alloc = [min(per_node, gpus - i * per_node) for i in range(-(-gpus // per_node))]
-    solo = SimJob(job.spec, job.model, fit_throughput_model=job.spec.batch_size is None)
+    # The job alone keeps the throughput model it learned in the shared run, rather than learning it again.
+    solo = SimJob(job.spec, job.model, fit_throughput_model=False, params=job.params)
     solo.reallocate(tuple(alloc), 0.0, config.restart_delay_s)
     solo.advance(0.0, float(MAX_SIMULATED_S))
     return float(solo.completion_time_s) if solo.completion_time_s is not None else float("nan")
