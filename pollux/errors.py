@@ -30,3 +30,15 @@ class TraceError(PolluxError):
 
 class CatalogError(SpecError):
     """A parametric job catalog (TOML) is unreadable or has a bad entry; the message names file, type and field."""
+
+
+class AgentError(PolluxError):
+    """The PyTorch job agent (`pollux.agent`) was used or configured wrongly; the message says how to fix it."""
+
+
+class CheckpointError(AgentError):
+    """No good checkpoint could be restored although checkpoint files exist (every candidate is corrupt)."""
+
+
+class ReportError(AgentError):
+    """A job report file is unreadable or breaks the schema; the message names the file and the field."""

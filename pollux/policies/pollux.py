@@ -12,9 +12,12 @@ interference avoidance couple the jobs. The search exploits that (the artifact u
 1. **Counts.** Each job gets a value table over K = 0…max (single node for K ≤ GPUs per node, else spread over
    whole nodes; keeping its exact current allocation escapes the restart factor). A greedy on the best gain per GPU
    over all larger K (the upper concave envelope, so jumps across non-concave steps are found) hands out GPUs.
-2. **Placement.** Kept jobs stay where they are; distributed jobs take whole free nodes (no two share a node when
-   avoiding interference); single-node jobs go best-fit. What cannot be placed shrinks to the largest hole.
+2. **Placement.** Kept jobs stay where they are; distributed jobs take the fullest-free nodes that host no other
+   distributed job (when avoiding interference); single-node jobs go best-fit. What cannot be placed shrinks to
+   the largest hole.
 3. **Fill.** Leftover GPUs go, one at a time, to whichever job gains most from growing in place.
+4. **Local search.** Moves of up to a node's worth of GPUs from one job to another, best first by the value
+   tables, each re-placed, while the placed fitness improves.
 
 Everything is deterministic for the same inputs; nothing is random.
 """
@@ -35,6 +38,8 @@ from pollux.policies.base import JobView, Policy, PolicyResult
 from pollux.policies.placement import fixed_batch_config
 
 EPSILON = 1e-3
+MAX_MOVES = 50  # local-search moves per round
+MOVE_TRIES = 6  # candidate moves re-placed per step before giving up
 
 
 @dataclass
@@ -181,8 +186,7 @@ class PolluxPolicy(Policy):
             return PolicyResult({})
         opts = self.options(jobs, cluster, now)
         counts = self._counts(opts, cluster)
-        allocations = self._place(opts, counts, cluster)
-        self._fill(opts, allocations, cluster)
+        allocations = self._improve(opts, self._layout(opts, counts, cluster), cluster)
         placed = {o.job.name: a for o, a in zip(opts, allocations, strict=True) if sum(a) > 0}
         reasons = {
             o.job.name: f"waiting: the fittest allocation of {cluster.num_gpus} GPUs among {len(jobs)} jobs gives "
@@ -243,6 +247,49 @@ class PolluxPolicy(Policy):
                 heapq.heappush(heap, (-ratio, r, i, target))
         return counts
 
+    def _layout(self, opts: list[_Options], counts: list[int], cluster: Cluster) -> list[Allocation]:
+        allocations = self._place(opts, counts, cluster)
+        self._fill(opts, allocations, cluster)
+        return allocations
+
+    def _improve(self, opts: list[_Options], allocs: list[Allocation], cluster: Cluster) -> list[Allocation]:
+        """Local search: move d ≤ GPUs-per-node GPUs from one job to another while the fitness improves.
+
+        The best moves by the value tables alone (separable, so all pairs at once) are tried in order, each
+        re-placed; the first that really improves the placed fitness is taken. Stops when none does, or after
+        `MAX_MOVES`."""
+        values = np.full((len(opts), cluster.num_gpus + 2), -np.inf)
+        for j, opt in enumerate(opts):
+            values[j, : opt.max_gpus + 1] = opt.value
+            if opt.current > 0:
+                values[j, opt.current] = max(values[j, opt.current], opt.keep_value)
+        rows = np.arange(len(opts))
+        best = sum(self._value(o, a) for o, a in zip(opts, allocs, strict=True))
+        for _ in range(MAX_MOVES):
+            counts = np.array([sum(a) for a in allocs])
+            here = values[rows, counts]
+            candidates = []
+            for d in range(1, cluster.gpus_per_node + 1):
+                loss = np.where(counts >= d, here - values[rows, np.maximum(counts - d, 0)], np.inf)
+                gain = values[rows, np.minimum(counts + d, values.shape[1] - 1)] - here
+                donors, takers = np.argsort(loss)[:3], np.argsort(-gain)[:3]
+                candidates += [
+                    (gain[b] - loss[a], a, b, d) for a in donors for b in takers if a != b and gain[b] > loss[a]
+                ]
+            moved = False
+            for _, a, b, d in sorted(candidates, reverse=True)[:MOVE_TRIES]:
+                trial = counts.tolist()
+                trial[a] -= d
+                trial[b] += d
+                layout = self._layout(opts, trial, cluster)
+                total = sum(self._value(o, x) for o, x in zip(opts, layout, strict=True))
+                if total > best + 1e-12:
+                    allocs, best, moved = layout, total, True
+                    break
+            if not moved:
+                break
+        return allocs
+
     def _place(self, opts: list[_Options], counts: list[int], cluster: Cluster) -> list[Allocation]:
         """Turn counts into per-node allocations; shrink what cannot be placed."""
         gpn, n = cluster.gpus_per_node, cluster.num_nodes
@@ -272,29 +319,25 @@ class PolluxPolicy(Policy):
                 pending.append(i)
         pending.sort(key=lambda i: -counts[i])
         for i in pending:
-            alloc = self._spread(counts[i], gpn, free, distributed) if counts[i] > gpn else None
+            alloc = self._spread(counts[i], free, distributed) if counts[i] > gpn else None
             if alloc is None:
                 alloc = self._single(min(counts[i], gpn), free, distributed)
             if alloc is not None and self._option_value(opts[i], sum(alloc)) > self._option_value(opts[i], 0):
                 take(i, alloc)
         return allocs
 
-    def _spread(self, gpus: int, gpn: int, free: list[int], distributed: list[bool]) -> Allocation | None:
-        """Whole free nodes (no distributed job on them), the remainder best-fit on one more such node."""
-        eligible = [nd for nd in range(len(free)) if not (self.avoid_interference and distributed[nd])]
-        whole = [nd for nd in eligible if free[nd] == gpn]
-        full, rest = divmod(gpus, gpn)
-        if len(whole) < full:
-            return None
+    def _spread(self, gpus: int, free: list[int], distributed: list[bool]) -> Allocation | None:
+        """Across nodes that host no other distributed job, fullest-free first (so as few nodes as possible)."""
+        eligible = [nd for nd in range(len(free)) if free[nd] > 0 and not (self.avoid_interference and distributed[nd])]
+        eligible.sort(key=lambda nd: (-free[nd], nd))
         alloc = [0] * len(free)
-        for nd in whole[:full]:
-            alloc[nd] = gpn
-        if rest:
-            holes = [nd for nd in eligible if alloc[nd] == 0 and free[nd] >= rest]
-            if not holes:
-                return None
-            alloc[min(holes, key=lambda nd: (free[nd], nd))] = rest
-        return tuple(alloc)
+        left = gpus
+        for nd in eligible:
+            if left == 0:
+                break
+            alloc[nd] = min(free[nd], left)
+            left -= alloc[nd]
+        return None if left else tuple(alloc)
 
     @staticmethod
     def _single(gpus: int, free: list[int], distributed: list[bool]) -> Allocation | None:

@@ -1,0 +1,467 @@
+"""The per-process agent: process group, restore, adaptation, stop-checkpoint-exit and reporting (Pollux §4.1).
+
+All of a job's agent state lives in one `AgentContext`, created by `init_process_group` and found by the model,
+the loader and `remaining_epochs_until` through `current_agent()` (a context variable, like torch.distributed's
+default group). Every decision that must be the same on all replicas (batch size, stopping) is made collectively:
+rank 0 decides and broadcasts, or a flag is all-reduced, so replicas never disagree about what step comes next.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import io
+import logging
+import os
+import random
+import signal
+import socket
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from pollux.agent.adapt import BatchConfig, decide
+from pollux.agent.checkpoint import CheckpointStore
+from pollux.agent.report import BatchInUse, JobReport, Progress, write_report
+from pollux.agent.steps import StepTiming, StepTracker
+from pollux.agent.throughput_log import ThroughputLog
+from pollux.errors import AgentError, CheckpointError
+from pollux.goodput import GradientStats, ThroughputParams, fit_throughput
+
+if TYPE_CHECKING:
+    from pollux.agent.data import AdaptiveDataLoader
+    from pollux.agent.parallel import AdaptiveDataParallel
+
+LOG = logging.getLogger("pollux.agent")
+
+CHECKPOINT_FORMAT = 1
+EXIT_CODE_STOPPED = 143  # 128 + SIGTERM, what a launcher expects from a worker it asked to stop
+
+_CURRENT: contextvars.ContextVar[AgentContext | None] = contextvars.ContextVar("pollux_agent", default=None)
+
+
+class Stateful(Protocol):
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def current_agent() -> AgentContext:
+    """The agent of this process; raises if `init_process_group` has not been called."""
+    agent = _CURRENT.get()
+    if agent is None:
+        raise AgentError(
+            "pollux.agent is not initialised: call pollux.agent.init_process_group(...) before creating "
+            "AdaptiveDataParallel or AdaptiveDataLoader, or iterating remaining_epochs_until"
+        )
+    return agent
+
+
+def init_process_group(
+    backend: str = "gloo",
+    *,
+    checkpoint_dir: str | os.PathLike[str] | None = None,
+    report_path: str | os.PathLike[str] | None = None,
+    job_name: str | None = None,
+) -> AgentContext:
+    """Join the job's process group and restore the latest good checkpoint, if any.
+
+    World size, rank and rendezvous come from the launcher's environment as torchrun sets them (`RANK`,
+    `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`, `LOCAL_RANK`); without them this is a one-process group.
+    `checkpoint_dir` defaults to `$POLLUX_CHECKPOINT_DIR`, `report_path` to `$POLLUX_REPORT_PATH`, `job_name` to
+    `$POLLUX_JOB_NAME`; without a checkpoint directory a stop request exits without saving.
+    """
+    if _CURRENT.get() is not None:
+        raise AgentError("init_process_group was already called in this process (call agent.close() first)")
+    env = os.environ
+    owns_group = not dist.is_initialized()
+    if owns_group:
+        if "MASTER_ADDR" in env and "WORLD_SIZE" in env:
+            dist.init_process_group(backend, init_method="env://")
+        else:
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    checkpoint_dir = checkpoint_dir or env.get("POLLUX_CHECKPOINT_DIR") or None
+    report_path = report_path or env.get("POLLUX_REPORT_PATH") or None
+    agent = AgentContext(
+        rank=rank,
+        world_size=world_size,
+        local_rank=int(env.get("LOCAL_RANK", "0")),
+        num_nodes=_count_nodes(world_size),
+        checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None,
+        report_path=Path(report_path) if report_path else None,
+        job_name=job_name or env.get("POLLUX_JOB_NAME") or None,
+        owns_group=owns_group,
+    )
+    agent.restore_checkpoint()
+    agent.install_signal_handler()
+    _CURRENT.set(agent)
+    return agent
+
+
+def remaining_epochs_until(epochs: int) -> Iterator[int]:
+    """The epochs still to train, from the restored one on; between epochs a pending stop request checkpoints
+    and exits 143."""
+    agent = current_agent()
+    agent.restore_rng_once()
+    while agent.epoch < epochs:
+        yield agent.epoch
+        agent.finish_epoch()
+    agent.write_report("finished")
+
+
+def _count_nodes(world_size: int) -> int:
+    """Distinct hosts in the group (`$POLLUX_NUM_NODES` overrides): the N of the throughput model."""
+    if "POLLUX_NUM_NODES" in os.environ:
+        return int(os.environ["POLLUX_NUM_NODES"])
+    if world_size == 1:
+        return 1
+    hosts: list[Any] = [None] * world_size
+    dist.all_gather_object(hosts, socket.gethostname())
+    return len(set(hosts))
+
+
+def _capture_rng() -> dict[str, Any]:
+    """This process's random generators, in types a weights-only `torch.load` accepts."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+        "torch": torch.get_rng_state(),
+    }
+
+
+def _restore_rng(states: list[dict[str, Any]], rank: int) -> None:
+    """Rank r takes the state rank r saved; a rank the saved job did not have gets a seed derived from rank 0's."""
+    if rank < len(states):
+        state = states[rank]
+        random.setstate(_as_tuple(state["python"]))
+        name, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+        torch.set_rng_state(state["torch"])
+        return
+    seed = (zlib.crc32(states[0]["torch"].numpy().tobytes()) + rank) % 2**32
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _as_tuple(value: Any) -> Any:
+    return tuple(_as_tuple(v) for v in value) if isinstance(value, list | tuple) else value
+
+
+class AgentContext:
+    """Everything the agent knows in one process. Created by `init_process_group`."""
+
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        local_rank: int,
+        num_nodes: int,
+        checkpoint_dir: Path | None,
+        report_path: Path | None,
+        job_name: str | None,
+        owns_group: bool,
+    ) -> None:
+        self.rank, self.world_size, self.local_rank, self.num_nodes = rank, world_size, local_rank, num_nodes
+        self.checkpoint_dir, self.report_path, self.job_name = checkpoint_dir, report_path, job_name
+        self.tracker = StepTracker()
+        self.throughput_log = ThroughputLog()
+        self.throughput_params: ThroughputParams | None = None  # last fit (rank 0 only)
+        self.epoch = 0
+        self.steps = 0  # optimizer steps over the whole job, across restarts
+        self.examples = 0  # examples trained over the whole job
+        self.m0_steps = 0.0  # statistical progress: Σ AdaScale gain per step
+        self.restarts = 0
+        self.started_at_s = time.time()
+        self.stop_requested_locally = False  # set by SIGTERM or request_stop(), on this process only
+        self.stop_agreed = False  # set once every replica knows some replica was asked to stop
+        self.model: AdaptiveDataParallel | None = None
+        self.loader: AdaptiveDataLoader | None = None  # the training loader (the first one created)
+        self._owns_group = owns_group
+        self._store = CheckpointStore(checkpoint_dir) if checkpoint_dir else None
+        self._restored: dict[str, Any] = {}
+        self._rng_pending: list[dict[str, Any]] | None = None
+        self._previous_sigterm: Any = None
+        self._warned_no_store = False
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    # -- components and restore ------------------------------------------------------------------------------
+
+    def restored_state(self, name: str) -> dict[str, Any] | None:
+        """The checkpointed state of component `name` (None on a fresh start)."""
+        return self._restored.get(name)
+
+    def attach_model(self, model: AdaptiveDataParallel) -> None:
+        if self.model is not None:
+            raise AgentError("one AdaptiveDataParallel per process: this agent already has a model")
+        self.model = model
+
+    def attach_loader(self, loader: AdaptiveDataLoader) -> None:
+        if self.loader is None:
+            self.loader = loader
+
+    def restore_checkpoint(self) -> None:
+        """Load the newest good checkpoint (every rank reads the same file), whatever world size wrote it."""
+        if self._store is None:
+            return
+        loaded = self._store.load_latest()
+        if loaded is not None:
+            try:
+                payload = torch.load(io.BytesIO(loaded.payload), weights_only=True)
+            except Exception as exc:  # a valid checksum over an unloadable payload: written by something else
+                raise CheckpointError(f"{loaded.path}: checksum is fine but torch.load fails ({exc})") from exc
+            if payload.get("format") != CHECKPOINT_FORMAT:
+                raise CheckpointError(
+                    f"{loaded.path}: checkpoint format {payload.get('format')!r}, this agent reads {CHECKPOINT_FORMAT}"
+                )
+            state = payload["agent"]
+            self.epoch, self.steps, self.examples = int(state["epoch"]), int(state["steps"]), int(state["examples"])
+            self.m0_steps, self.restarts = float(state["m0_steps"]), int(state["restarts"]) + 1
+            self.throughput_log.load_state_dict(state["throughput_log"])
+            self._restored = payload["components"]
+            self._rng_pending = payload["rng"]
+            if self.rank == 0:
+                LOG.info(
+                    "restored %s: epoch %d, step %d (saved by %d replicas, now %d)",
+                    loaded.path,
+                    self.epoch,
+                    self.steps,
+                    payload["world_size"],
+                    self.world_size,
+                )
+        if self.distributed:
+            dist.barrier()  # nobody writes a new checkpoint while another rank still reads
+
+    def restore_rng_once(self) -> None:
+        """Restore random generators when training resumes (not at init: building the model draws from them)."""
+        if self._rng_pending is not None:
+            _restore_rng(self._rng_pending, self.rank)
+            self._rng_pending = None
+
+    # -- adaptation -------------------------------------------------------------------------------------------
+
+    def grad_stats(self) -> GradientStats | None:
+        loader = self.loader
+        if self.model is None or loader is None:
+            return None
+        return self.model.noise.grad_stats(loader.batch_size)
+
+    def decide_batch(self, loader: AdaptiveDataLoader) -> bool:
+        """Collective: rank 0 refits throughput and picks (m, s) for the current allocation, everyone adopts it.
+        Returns whether the configuration changed."""
+        limits = loader.limits
+        if limits is None:
+            return False
+        choice = torch.zeros(2, dtype=torch.int64)
+        if self.rank == 0:
+            try:
+                decision = decide(limits, self.throughput_log, self.grad_stats(), self.num_nodes, self.world_size)
+            except ValueError as exc:  # a degenerate fit must not kill the job: keep the current batch
+                LOG.warning("batch-size decision failed (%s); keeping the current batch size", exc)
+                config = loader.config
+            else:
+                self.throughput_params = decision.throughput_params or self.throughput_params
+                config = decision.config
+            choice[0], choice[1] = config.local_bsz, config.accum_steps
+        if self.distributed:
+            dist.broadcast(choice, src=0)
+        new = BatchConfig(int(choice[0]), int(choice[1]))
+        changed = new != loader.config
+        if changed and self.rank == 0:
+            LOG.info(
+                "batch size %d -> %d (local %d, accumulation %d) on %d replicas",
+                loader.config.total(self.world_size),
+                new.total(self.world_size),
+                new.local_bsz,
+                new.accum_steps,
+                self.world_size,
+            )
+        loader.config = new
+        return changed
+
+    def after_step(self, loader: AdaptiveDataLoader, timing: StepTiming, warm: bool) -> bool:
+        """At a step boundary (called by the loader): log the step's time, stop if asked, adapt every few steps.
+        Returns whether the loader must re-plan with a new batch configuration."""
+        if not self.tracker.stepped:
+            return False  # no optimizer step (an evaluation loop): nothing to measure or decide
+        if timing.full and not warm:
+            self.throughput_log.record(
+                self.num_nodes,
+                self.world_size,
+                loader.current_local_bsz,
+                timing.micro_steps - 1,
+                timing.compute_s,
+                timing.step_s,
+            )
+        if self.stop_agreed and loader.position < len(loader.dataset):
+            self.checkpoint_and_exit()
+        if self.steps % loader.adapt_interval_steps != 0:
+            return False
+        changed = self.decide_batch(loader)
+        if self.rank == 0 and loader.limits is None and len(self.throughput_log):
+            samples = self.throughput_log.samples()
+            if samples is not None:
+                self.throughput_params = fit_throughput(samples)
+        self.write_report("running")
+        return changed
+
+    # -- stopping and checkpoints -----------------------------------------------------------------------------
+
+    def install_signal_handler(self) -> None:
+        """SIGTERM asks to stop after the current step (the handler only sets a flag; the loop does the rest)."""
+        try:
+            self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
+        except ValueError:  # not the main thread: the job can still stop through request_stop()
+            LOG.warning("not in the main thread: SIGTERM will not trigger a checkpoint (use agent.request_stop())")
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self.stop_requested_locally = True
+
+    def request_stop(self) -> None:
+        """Ask the job to checkpoint and exit 143 at the next step boundary (as SIGTERM does)."""
+        self.stop_requested_locally = True
+
+    def agree_stop(self) -> bool:
+        """Collective: whether any replica has been asked to stop."""
+        flag = self.stop_requested_locally or self.stop_agreed
+        if self.distributed:
+            tensor = torch.tensor([float(flag)])
+            dist.all_reduce(tensor)
+            flag = bool(tensor.item() > 0)
+        self.stop_agreed = flag
+        return flag
+
+    def finish_epoch(self) -> None:
+        self.epoch += 1
+        if self.agree_stop():
+            self.checkpoint_and_exit()
+
+    def save_checkpoint(self) -> Path | None:
+        """Collective: rank 0 writes model, optimizer, scheduler, loader position, epoch, measurement history and
+        every rank's RNG state into one new checkpoint file; all ranks wait until it is on disk."""
+        rng = _capture_rng()
+        gathered: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
+        if self.distributed:
+            dist.gather_object(rng, gathered, dst=0)
+        elif gathered is not None:
+            gathered[0] = rng
+        path = None
+        if self.rank == 0:
+            if self._store is None:
+                if not self._warned_no_store:
+                    LOG.warning("no checkpoint directory (set POLLUX_CHECKPOINT_DIR): nothing saved")
+                    self._warned_no_store = True
+            else:
+                components: dict[str, Any] = {}
+                if self.model is not None:
+                    components[self.model.checkpoint_name] = self.model.checkpoint_state()
+                if self.loader is not None:
+                    components[self.loader.name] = self.loader.state_dict()
+                payload = {
+                    "format": CHECKPOINT_FORMAT,
+                    "world_size": self.world_size,
+                    "saved_at_s": time.time(),
+                    "agent": {
+                        "epoch": self.epoch,
+                        "steps": self.steps,
+                        "examples": self.examples,
+                        "m0_steps": self.m0_steps,
+                        "restarts": self.restarts,
+                        "throughput_log": self.throughput_log.state_dict(),
+                    },
+                    "components": components,
+                    "rng": gathered,
+                }
+                buffer = io.BytesIO()
+                torch.save(payload, buffer)
+                path = self._store.save(buffer.getvalue())
+                LOG.info("checkpoint saved to %s (epoch %d, step %d)", path, self.epoch, self.steps)
+        if self.distributed:
+            dist.barrier()
+        return path
+
+    def checkpoint_and_exit(self) -> NoReturn:
+        """Collective: save, report "stopped", leave the process group and exit with status 143."""
+        if self.rank == 0:
+            LOG.info("stop requested: checkpointing at epoch %d, step %d, then exiting", self.epoch, self.steps)
+        self.save_checkpoint()
+        self.write_report("stopped")
+        self.close()
+        raise SystemExit(EXIT_CODE_STOPPED)
+
+    # -- reporting --------------------------------------------------------------------------------------------
+
+    def build_report(self, status: str) -> JobReport | None:
+        loader = self.loader
+        if loader is None:
+            return None
+        k = self.world_size
+        m0 = loader.batch_size
+        limits = loader.limits
+        if limits is not None:
+            max_batch, bounds, accumulation = limits.max_batch_size, limits.local_bsz_bounds, limits.accumulation
+        else:
+            max_batch, bounds, accumulation = m0, (loader.current_local_bsz, loader.current_local_bsz), False
+        return JobReport(
+            status=status,
+            job_name=self.job_name,
+            started_at_s=self.started_at_s,
+            written_at_s=time.time(),
+            init_batch_size=m0,
+            max_batch_size=max_batch,
+            local_bsz_bounds=bounds,
+            gradient_accumulation=accumulation,
+            adaptive_batch_size=limits is not None,
+            throughput_params=self.throughput_params,
+            grad_stats=self.grad_stats(),
+            batch=BatchInUse(self.num_nodes, k, loader.current_local_bsz, loader.accum_steps),
+            progress=Progress(
+                epoch=self.epoch,
+                epoch_examples=loader.position if loader.epoch == self.epoch else 0,
+                epoch_size=len(loader.dataset),
+                steps=self.steps,
+                examples=self.examples,
+                m0_steps=self.m0_steps,
+            ),
+            max_replicas_seen=max(self.throughput_log.max_replicas, k),
+            throughput_configs=len(self.throughput_log),
+            restarts=self.restarts,
+        )
+
+    def write_report(self, status: str) -> None:
+        """Rank 0 rewrites the report file atomically (if a report path is set)."""
+        if self.rank != 0 or self.report_path is None:
+            return
+        report = self.build_report(status)
+        if report is not None:
+            write_report(self.report_path, report)
+
+    # -- teardown ---------------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Forget this agent: restore the SIGTERM handler, leave the process group if init created it."""
+        if self._previous_sigterm is not None:
+            try:
+                signal.signal(signal.SIGTERM, self._previous_sigterm)
+            except ValueError:
+                pass
+            self._previous_sigterm = None
+        if self.model is not None:
+            self.model.detach_agent()
+        if _CURRENT.get() is self:
+            _CURRENT.set(None)
+        if self._owns_group and dist.is_initialized():
+            if self.distributed:
+                dist.barrier()
+            dist.destroy_process_group()
+            self._owns_group = False

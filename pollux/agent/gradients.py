@@ -1,0 +1,101 @@
+"""Squared gradient norms at two batch sizes, the raw input of the noise-scale estimate (McCandlish et al. 2018).
+
+- Small batch: every micro-batch gradient of every replica before it is averaged (a tensor hook on each parameter
+  sees the local gradient of one backward pass before DDP all-reduces it or accumulation adds it up).
+- Big batch: the averaged gradient the optimizer steps with (after DDP's all-reduce and the accumulation mean).
+- One replica without accumulation has a single gradient per step: the previous step's gradient is the other
+  small batch, their mean the big one (consecutive micro-batches; slightly biased while the weights move).
+
+Adam-type optimizers step along g/(sqrt(v̂)+ε), so their noise scale is measured in that preconditioned space
+(Pollux §3.1): every gradient is divided by the optimizer's current denominator before its norm is taken.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+
+import torch
+
+
+class GradientMeter:
+    """Collects |local micro-gradient|² during backward and computes |averaged gradient|² at the step."""
+
+    def __init__(self, params: Iterable[torch.nn.Parameter], optimizer: torch.optim.Optimizer) -> None:
+        self.params = [p for p in params if p.requires_grad]
+        self.optimizer = optimizer
+        self.preconditioned = "betas" in optimizer.defaults  # Adam, AdamW, NAdam, RAdam, ...: exp_avg_sq state
+        self.collecting = False
+        self._denoms: dict[int, torch.Tensor] | None = None
+        self._local: list[torch.Tensor] = []
+        self._prev: tuple[list[torch.Tensor], float, float] | None = None  # (gradient, its |.|², batch size)
+        self._handles = [p.register_hook(functools.partial(self._on_grad, id(p))) for p in self.params]
+
+    @property
+    def ready(self) -> bool:
+        """False for an Adam-type optimizer before its first step (no second-moment estimate to divide by yet)."""
+        return not self.preconditioned or self._denoms is not None
+
+    def _on_grad(self, key: int, grad: torch.Tensor) -> None:
+        if self.collecting:
+            denom = None if self._denoms is None else self._denoms.get(key)
+            local = grad if denom is None else grad / denom
+            self._local.append(torch.linalg.vector_norm(local.detach()))
+
+    def take_local_sqr(self) -> float:
+        """Σ over this process's micro-gradients since the last call of |g_micro|²; resets the sum."""
+        if not self._local:
+            return 0.0
+        norms = torch.stack(self._local).double()
+        self._local = []
+        return float(norms.pow(2).sum())
+
+    def preconditioned_grads(self) -> list[torch.Tensor]:
+        """The optimizer's gradients, divided by the Adam denominator where there is one (new tensors then)."""
+        grads = [p.grad for p in self.params if p.grad is not None]
+        if self._denoms is None:
+            return grads
+        denoms = [self._denoms.get(id(p)) for p in self.params if p.grad is not None]
+        return [g if d is None else g / d for g, d in zip(grads, denoms, strict=True)]
+
+    @staticmethod
+    def sqr_norm(tensors: list[torch.Tensor]) -> float:
+        if not tensors:
+            return 0.0
+        return float(torch.stack(torch._foreach_norm(tensors)).double().pow(2).sum())
+
+    def consecutive_pair(self, grads: list[torch.Tensor], grads_sqr: float, batch_size: float) -> tuple[float, float]:
+        """(mean |G_small|², |G_big|²) from this step's and the previous step's gradient (big = their mean); returns
+        (nan, nan) when there is no previous gradient of the same batch size. Keeps a copy of `grads` for next time."""
+        prev = self._prev
+        self._prev = ([g.detach().clone() for g in grads], grads_sqr, batch_size)
+        if prev is None or prev[2] != batch_size or len(prev[0]) != len(grads):
+            return float("nan"), float("nan")
+        prev_grads, prev_sqr, _ = prev
+        mean = torch._foreach_add(prev_grads, grads)
+        torch._foreach_mul_(mean, 0.5)
+        return 0.5 * (prev_sqr + grads_sqr), self.sqr_norm(mean)
+
+    def forget_previous(self) -> None:
+        self._local = []
+        self._prev = None
+
+    def refresh_preconditioner(self) -> None:
+        """After an optimizer step: 1/(sqrt(v̂)+ε) from Adam's bias-corrected second moment, per parameter."""
+        if not self.preconditioned:
+            return
+        denoms: dict[int, torch.Tensor] = {}
+        for group in self.optimizer.param_groups:
+            beta2, eps = group["betas"][1], group["eps"]
+            for p in group["params"]:
+                state = self.optimizer.state.get(p)
+                if not state or "exp_avg_sq" not in state:
+                    continue
+                correction = 1.0 - beta2 ** float(state["step"])
+                denoms[id(p)] = (state["exp_avg_sq"] / correction).sqrt_().add_(eps)
+        self._denoms = denoms or None
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []

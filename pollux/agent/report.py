@@ -1,0 +1,267 @@
+"""The job report: what a running job tells the scheduler about its goodput (Pollux §3, §4.1). Torch-free.
+
+The agent's rank 0 rewrites one small JSON file atomically (write-then-rename) every few steps and at every
+checkpoint; the scheduler reads it with `read_report` and rebuilds the job's `GoodputFunction` from it. The schema
+is documented field by field in docs/agent-report-schema.md; in short (version 1, seconds and examples throughout):
+
+    {"schema": "pollux.agent.report", "version": 1, "status": "running" | "stopped" | "finished",
+     "job_name": str | null, "started_at_s": unix s, "written_at_s": unix s,
+     "init_batch_size": M0, "max_batch_size": int, "local_bsz_bounds": [min, max],
+     "gradient_accumulation": bool, "adaptive_batch_size": bool,
+     "throughput_params": {"alpha_c": s, "beta_c": s/example, "alpha_r": s, "beta_r": s/replica,
+                           "alpha_n": s, "beta_n": s/replica, "gamma": ≥ 1} | null,
+     "grad_stats": {"sqr": |g|², "var": tr(Σ)/M0} | null,
+     "batch": {"num_nodes": N, "num_replicas": K, "local_bsz": m, "accum_steps": s, "total_batch_size": K·m·(s+1)},
+     "progress": {"epoch": int, "epoch_examples": int, "epoch_size": int, "steps": int, "examples": int,
+                  "m0_steps": float},
+     "max_replicas_seen": int, "throughput_configs": int, "restarts": int}
+
+Readers accept unknown extra fields (a later minor addition) but refuse a higher `version` (a breaking change).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pollux.agent.atomic import write_atomic
+from pollux.errors import ReportError
+from pollux.goodput import GoodputFunction, GradientStats, ThroughputParams
+from pollux.goodput.throughput import PARAM_NAMES
+
+SCHEMA_NAME = "pollux.agent.report"
+SCHEMA_VERSION = 1
+STATUSES = ("running", "stopped", "finished")
+
+
+@dataclass(frozen=True)
+class BatchInUse:
+    """The configuration the job trains with now: N nodes, K replicas, per-replica batch m, accumulation s."""
+
+    num_nodes: int
+    num_replicas: int
+    local_bsz: int
+    accum_steps: int
+
+    @property
+    def total_batch_size(self) -> int:
+        return self.num_replicas * self.local_bsz * (self.accum_steps + 1)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far the job is: examples consumed in the current epoch, optimizer steps and examples over the whole job,
+    and statistical progress in M0-steps (Σ of the AdaScale gain per step; Pollux §3.1)."""
+
+    epoch: int
+    epoch_examples: int
+    epoch_size: int
+    steps: int
+    examples: int
+    m0_steps: float
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """One job's goodput parameters, as written by the agent and read by the scheduler."""
+
+    status: str
+    job_name: str | None
+    started_at_s: float
+    written_at_s: float
+    init_batch_size: int
+    max_batch_size: int
+    local_bsz_bounds: tuple[int, int]
+    gradient_accumulation: bool
+    adaptive_batch_size: bool
+    throughput_params: ThroughputParams | None
+    grad_stats: GradientStats | None
+    batch: BatchInUse
+    progress: Progress
+    max_replicas_seen: int
+    throughput_configs: int
+    restarts: int
+
+    def goodput_function(self) -> GoodputFunction | None:
+        """The job's goodput model, or None until the agent has fitted throughput and measured the gradient."""
+        if self.throughput_params is None or self.grad_stats is None:
+            return None
+        return GoodputFunction(self.throughput_params, self.grad_stats, self.init_batch_size)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        params = self.throughput_params
+        return {
+            "schema": SCHEMA_NAME,
+            "version": SCHEMA_VERSION,
+            "status": self.status,
+            "job_name": self.job_name,
+            "started_at_s": self.started_at_s,
+            "written_at_s": self.written_at_s,
+            "init_batch_size": self.init_batch_size,
+            "max_batch_size": self.max_batch_size,
+            "local_bsz_bounds": list(self.local_bsz_bounds),
+            "gradient_accumulation": self.gradient_accumulation,
+            "adaptive_batch_size": self.adaptive_batch_size,
+            "throughput_params": None if params is None else dict(zip(PARAM_NAMES, params.to_array().tolist())),
+            "grad_stats": None if self.grad_stats is None else {"sqr": self.grad_stats.sqr, "var": self.grad_stats.var},
+            "batch": {
+                "num_nodes": self.batch.num_nodes,
+                "num_replicas": self.batch.num_replicas,
+                "local_bsz": self.batch.local_bsz,
+                "accum_steps": self.batch.accum_steps,
+                "total_batch_size": self.batch.total_batch_size,
+            },
+            "progress": {
+                "epoch": self.progress.epoch,
+                "epoch_examples": self.progress.epoch_examples,
+                "epoch_size": self.progress.epoch_size,
+                "steps": self.progress.steps,
+                "examples": self.progress.examples,
+                "m0_steps": self.progress.m0_steps,
+            },
+            "max_replicas_seen": self.max_replicas_seen,
+            "throughput_configs": self.throughput_configs,
+            "restarts": self.restarts,
+        }
+
+    @classmethod
+    def from_json_dict(cls, data: Any, source: str = "<report>") -> JobReport:
+        """Validate a decoded report; every failure names `source`, the field and what is accepted."""
+        fields = _Fields(data, source)
+        if fields.raw("schema") != SCHEMA_NAME:
+            raise ReportError(f"{source}: field 'schema' must be {SCHEMA_NAME!r}, got {fields.raw('schema')!r}")
+        version = fields.integer("version", minimum=1)
+        if version > SCHEMA_VERSION:
+            raise ReportError(
+                f"{source}: report schema version {version} is newer than this reader's {SCHEMA_VERSION}; "
+                "upgrade pollux on the scheduler side"
+            )
+        status = fields.raw("status")
+        if status not in STATUSES:
+            raise ReportError(f"{source}: field 'status' must be one of {', '.join(STATUSES)}, got {status!r}")
+        job_name = fields.raw("job_name")
+        if job_name is not None and not isinstance(job_name, str):
+            raise ReportError(f"{source}: field 'job_name' must be a string or null, got {job_name!r}")
+        init_batch_size = fields.integer("init_batch_size", minimum=1)
+        bounds = fields.raw("local_bsz_bounds")
+        if not (isinstance(bounds, list) and len(bounds) == 2 and all(_is_int(b) for b in bounds)):
+            raise ReportError(f"{source}: field 'local_bsz_bounds' must be [min, max] integers, got {bounds!r}")
+        if not 1 <= bounds[0] <= bounds[1]:
+            raise ReportError(f"{source}: field 'local_bsz_bounds' needs 1 <= min <= max, got {bounds!r}")
+        batch = fields.nested("batch")
+        progress = fields.nested("progress")
+        num_nodes = batch.integer("num_nodes", minimum=1)
+        return cls(
+            status=status,
+            job_name=job_name,
+            started_at_s=fields.number("started_at_s"),
+            written_at_s=fields.number("written_at_s"),
+            init_batch_size=init_batch_size,
+            max_batch_size=fields.integer("max_batch_size", minimum=init_batch_size),
+            local_bsz_bounds=(int(bounds[0]), int(bounds[1])),
+            gradient_accumulation=fields.boolean("gradient_accumulation"),
+            adaptive_batch_size=fields.boolean("adaptive_batch_size"),
+            throughput_params=fields.throughput_params(),
+            grad_stats=fields.grad_stats(),
+            batch=BatchInUse(
+                num_nodes=num_nodes,
+                num_replicas=batch.integer("num_replicas", minimum=num_nodes),
+                local_bsz=batch.integer("local_bsz", minimum=1),
+                accum_steps=batch.integer("accum_steps", minimum=0),
+            ),
+            progress=Progress(
+                epoch=progress.integer("epoch", minimum=0),
+                epoch_examples=progress.integer("epoch_examples", minimum=0),
+                epoch_size=progress.integer("epoch_size", minimum=0),
+                steps=progress.integer("steps", minimum=0),
+                examples=progress.integer("examples", minimum=0),
+                m0_steps=progress.number("m0_steps", minimum=0.0),
+            ),
+            max_replicas_seen=fields.integer("max_replicas_seen", minimum=0),
+            throughput_configs=fields.integer("throughput_configs", minimum=0),
+            restarts=fields.integer("restarts", minimum=0),
+        )
+
+
+def write_report(path: str | os.PathLike[str], report: JobReport) -> Path:
+    """Write `report` as JSON, atomically, so the scheduler never reads half a file."""
+    return write_atomic(path, (json.dumps(report.to_json_dict(), indent=2) + "\n").encode())
+
+
+def read_report(path: str | os.PathLike[str]) -> JobReport:
+    """Read and validate a report file; raises `ReportError` naming the file and field on any problem."""
+    source = os.fspath(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ReportError(f"{source}: cannot read the job report ({exc.strerror or exc})") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ReportError(f"{source}: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    return JobReport.from_json_dict(data, source)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class _Fields:
+    """Typed access to one JSON object, with errors that say `file: field 'a.b' must be ...`."""
+
+    def __init__(self, data: Any, source: str, prefix: str = "") -> None:
+        if not isinstance(data, dict):
+            where = f"field '{prefix.rstrip('.')}'" if prefix else "the report"
+            raise ReportError(f"{source}: {where} must be a JSON object, got {type(data).__name__}")
+        self._data, self._source, self._prefix = data, source, prefix
+
+    def _fail(self, key: str, expected: str, value: Any) -> ReportError:
+        return ReportError(f"{self._source}: field '{self._prefix}{key}' must be {expected}, got {value!r}")
+
+    def raw(self, key: str) -> Any:
+        if key not in self._data:
+            raise ReportError(f"{self._source}: missing field '{self._prefix}{key}'")
+        return self._data[key]
+
+    def nested(self, key: str) -> _Fields:
+        return _Fields(self.raw(key), self._source, f"{self._prefix}{key}.")
+
+    def integer(self, key: str, minimum: int) -> int:
+        value = self.raw(key)
+        if not _is_int(value) or value < minimum:
+            raise self._fail(key, f"an integer >= {minimum}", value)
+        return int(value)
+
+    def number(self, key: str, minimum: float = -math.inf) -> float:
+        value = self.raw(key)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise self._fail(key, "a finite number", value)
+        if value < minimum:
+            raise self._fail(key, f"a number >= {minimum}", value)
+        return float(value)
+
+    def boolean(self, key: str) -> bool:
+        value = self.raw(key)
+        if not isinstance(value, bool):
+            raise self._fail(key, "true or false", value)
+        return value
+
+    def throughput_params(self) -> ThroughputParams | None:
+        if self.raw("throughput_params") is None:
+            return None
+        sub = self.nested("throughput_params")
+        values = [sub.number(name, minimum=0.0) for name in PARAM_NAMES]
+        try:
+            return ThroughputParams(*values)
+        except ValueError as exc:
+            raise self._fail("throughput_params", "valid ThroughputParams", str(exc)) from exc
+
+    def grad_stats(self) -> GradientStats | None:
+        if self.raw("grad_stats") is None:
+            return None
+        sub = self.nested("grad_stats")
+        return GradientStats(sqr=sub.number("sqr", minimum=0.0), var=sub.number("var", minimum=0.0))

@@ -1,0 +1,151 @@
+"""Pollux's cluster policy: placement rules on random rounds, and the behaviour its fitness asks for."""
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from policy_jobs import PARAMS, run_rounds, view
+
+from pollux.cluster import Cluster, num_nodes_used, validate_allocations
+from pollux.goodput import GradientStats
+from pollux.policies.base import JobView
+from pollux.policies.pollux import PolluxPolicy, speedup_table
+
+CLUSTER = Cluster(num_nodes=2, gpus_per_node=4)
+SLOW_SYNC = replace(PARAMS, alpha_r=2.0, alpha_n=4.0)  # sync dwarfs compute: more GPUs barely help
+NOW = 3600.0
+
+
+def job(name: str, cluster: Cluster = CLUSTER, **fields) -> JobView:
+    """An adaptive job (picks its own batch) with a fitted model and gradient statistics (noise scale 640)."""
+    base = view(name, num_nodes=cluster.num_nodes, params=PARAMS, batch_size=None)
+    return replace(base, **{"grad_stats": GradientStats(sqr=1.0, var=5.0), **fields})
+
+
+def random_job(rng: np.random.Generator, name: str, cluster: Cluster) -> JobView:
+    adaptive = rng.random() < 0.8
+    return job(
+        name,
+        cluster,
+        submit_time_s=float(rng.uniform(0, 240)),  # run_rounds starts at 0 s, 60 s a round
+        num_restarts=int(rng.integers(0, 4)),
+        attained_service_gpu_s=float(rng.uniform(0, 1e4)),
+        max_gpus=int(rng.integers(1, 2 * cluster.num_gpus + 1)),
+        min_gpus=int(rng.choice([0, 0, 0, 2])),
+        batch_size=None if adaptive else int(rng.choice([128, 512, 2048])),
+        throughput_params=None
+        if rng.random() < 0.2
+        else replace(PARAMS, beta_r=float(rng.uniform(0, 0.05)), alpha_n=float(rng.uniform(0.02, 0.5))),
+        grad_stats=GradientStats(sqr=1.0, var=float(rng.uniform(0.1, 50))),
+    )
+
+
+def scenarios(seed: int, count: int, max_jobs: int = 12):
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        cluster = Cluster(num_nodes=int(rng.integers(1, 5)), gpus_per_node=int(rng.integers(1, 9)))
+        jobs = [random_job(rng, f"job-{i}", cluster) for i in range(int(rng.integers(1, max_jobs + 1)))]
+        yield cluster, jobs, int(rng.integers(0, 2**31))
+
+
+def gpus(result, name: str) -> int:
+    return sum(result.allocations.get(name, ()))
+
+
+def states_of(result, jobs, cluster: Cluster) -> np.ndarray:
+    """The result as one allocation matrix (1, jobs, nodes), as `evaluate` reads it."""
+    return np.array([[result.allocations.get(j.name, cluster.empty()) for j in jobs]])
+
+
+def worst_speedup(jobs, result, cluster: Cluster) -> float:
+    fair = max(1, math.ceil(cluster.num_gpus / len(jobs)))
+    worst = math.inf
+    for j in jobs:
+        alloc = result.allocations.get(j.name, cluster.empty())
+        table = speedup_table(j, fair, max(sum(alloc), 1))
+        worst = min(worst, float(table[int(num_nodes_used(alloc) > 1), sum(alloc)]))
+    return worst
+
+
+@pytest.mark.parametrize("avoid", [True, False])
+def test_capacity_bounds_and_no_node_shared_by_two_distributed_jobs_round_after_round(avoid):
+    for cluster, jobs, seed in scenarios(1 if avoid else 2, 15):
+        policy = PolluxPolicy(avoid_interference=avoid)
+        for views, result in run_rounds(policy, cluster, jobs, np.random.default_rng(seed), rounds=6):
+            validate_allocations(cluster, result.allocations, avoid_sharing=avoid)
+            by_name = {j.name: j for j in views}
+            for name, alloc in result.allocations.items():
+                assert max(by_name[name].min_gpus, 1) <= sum(alloc) <= by_name[name].max_gpus
+            waiting = set(by_name) - set(result.allocations)
+            assert set(result.reasons) == waiting
+            assert all(reason.startswith("waiting") for reason in result.reasons.values())
+
+
+def test_the_same_inputs_give_the_same_decisions_and_the_views_are_not_mutated():
+    for cluster, jobs, seed in scenarios(3, 8):
+        before = list(jobs)
+        runs = [run_rounds(PolluxPolicy(), cluster, jobs, np.random.default_rng(seed), rounds=5) for _ in range(2)]
+        assert [r.allocations for _, r in runs[0]] == [r.allocations for _, r in runs[1]]
+        assert [r.reasons for _, r in runs[0]] == [r.reasons for _, r in runs[1]]
+        assert jobs == before
+
+
+def test_the_reported_fitness_is_what_evaluate_gives_and_beats_random_feasible_alternatives():
+    rng = np.random.default_rng(4)
+    compared = 0
+    for cluster, jobs, _ in scenarios(5, 20):
+        policy = PolluxPolicy()
+        result = policy.optimize(jobs, cluster, NOW)
+        opts = policy.options(jobs, cluster, NOW)
+        ours = policy.evaluate(opts, states_of(result, jobs, cluster), cluster)[0]
+        assert ours == pytest.approx(result.info["fitness"], rel=1e-9)
+        alternatives = rng.integers(0, cluster.gpus_per_node + 1, (400, len(jobs), cluster.num_nodes))
+        alternatives *= rng.random(alternatives.shape) < 1.5 / len(jobs)  # each node split among ~1.5 jobs
+        alternatives = alternatives[policy.feasible(alternatives, cluster)]
+        bounded = np.all(alternatives.sum(axis=2) <= [j.max_gpus for j in jobs], axis=1)
+        assert np.all(policy.evaluate(opts, alternatives[bounded], cluster) <= ours + 1e-12)
+        compared += int(bounded.sum())
+    assert compared > 500
+
+
+def test_a_job_whose_speedup_scales_better_gets_more_gpus():
+    jobs = [job("slow", throughput_params=SLOW_SYNC), job("fast", throughput_params=PARAMS)]
+    result = PolluxPolicy().optimize(jobs, CLUSTER, NOW)
+    assert gpus(result, "fast") > gpus(result, "slow") >= 1
+
+
+def test_the_restart_factor_keeps_a_young_job_with_many_restarts_where_it_is():
+    young = job("young", submit_time_s=NOW - 60, num_restarts=5, allocation=(1, 0), max_gpus=8)
+    kept = PolluxPolicy(restart_delay_s=30).optimize([young], CLUSTER, NOW)
+    assert kept.allocations == {"young": (1, 0)}
+    moved = PolluxPolicy(restart_delay_s=0).optimize([young], CLUSTER, NOW)  # no factor: it grows
+    assert gpus(moved, "young") > 1
+
+
+def test_p_minus_one_gives_every_job_a_gpu_when_there_are_enough():
+    for cluster, jobs, _ in scenarios(6, 30):
+        jobs = [replace(j, min_gpus=0) for j in jobs[: cluster.num_gpus]]
+        result = PolluxPolicy(p=-1).optimize(jobs, cluster, NOW)
+        assert all(gpus(result, j.name) >= 1 for j in jobs)
+
+
+def test_p_minus_one_has_a_worst_speedup_at_least_that_of_p_one():
+    strictly = 0
+    for cluster, jobs, _ in scenarios(7, 30):
+        fair = PolluxPolicy(p=-1).optimize(jobs, cluster, NOW)
+        greedy = PolluxPolicy(p=1).optimize(jobs, cluster, NOW)
+        assert worst_speedup(jobs, fair, cluster) >= worst_speedup(jobs, greedy, cluster) - 1e-9
+        strictly += worst_speedup(jobs, fair, cluster) > worst_speedup(jobs, greedy, cluster) + 1e-9
+    assert strictly > 0  # the exponent matters on some rounds
+
+
+def test_without_interference_avoidance_two_distributed_jobs_may_share_a_node():
+    cluster = Cluster(num_nodes=3, gpus_per_node=4)
+    jobs = [job(n, cluster, max_gpus=6, throughput_params=replace(PARAMS, alpha_n=0.02)) for n in "ab"]
+    shared = PolluxPolicy(avoid_interference=False).optimize(jobs, cluster, NOW)
+    assert [num_nodes_used(shared.allocations[n]) for n in "ab"] == [2, 2]
+    with pytest.raises(Exception, match="share"):
+        validate_allocations(cluster, shared.allocations, avoid_sharing=True)
+    avoided = PolluxPolicy(avoid_interference=True).optimize(jobs, cluster, NOW)
+    validate_allocations(cluster, avoided.allocations, avoid_sharing=True)
