@@ -355,29 +355,51 @@ class PolluxPolicy(Policy):
         return tuple(alloc)
 
     def _fill(self, opts: list[_Options], allocs: list[Allocation], cluster: Cluster) -> None:
-        """Hand leftover GPUs to whichever job gains most from one more GPU on a node it already uses (or, for a
-        job without GPUs, on the node with most free GPUs)."""
-        free = [cluster.gpus_per_node - sum(a[nd] for a in allocs) for nd in range(cluster.num_nodes)]
+        """Hand leftover GPUs out, best gain per GPU first: a job grows on the nodes it uses (a distributed job
+        also onto nodes that host no other distributed job); a job without GPUs starts on the freest node."""
+        n = cluster.num_nodes
+        free = [cluster.gpus_per_node - sum(a[nd] for a in allocs) for nd in range(n)]
         while sum(free) > 0:
-            best: tuple[float, int, int] | None = None
+            owner = [-1] * n  # the distributed job on each node, if any
+            for i, alloc in enumerate(allocs):
+                if num_nodes_used(alloc) > 1:
+                    for nd, g in enumerate(alloc):
+                        if g:
+                            owner[nd] = i
+            best: tuple[float, int, Allocation] | None = None
             for i, (opt, alloc) in enumerate(zip(opts, allocs, strict=True)):
-                have = sum(alloc)
-                if have >= opt.max_gpus:
+                room = opt.max_gpus - sum(alloc)
+                if room <= 0:
                     continue
-                if have == 0:
-                    node = max(range(len(free)), key=lambda nd: (free[nd], -nd))
-                elif num_nodes_used(alloc) == 1:
-                    node = next(nd for nd, g in enumerate(alloc) if g)
-                else:
-                    continue  # growing a distributed job in place would need a whole node; the count step did that
-                if free[node] == 0:
-                    continue
-                grown = tuple(g + (nd == node) for nd, g in enumerate(alloc))
-                gain = self._value(opt, grown) - self._value(opt, alloc)
-                if gain > 0 and (best is None or gain > best[0]):
-                    best = (gain, i, node)
+                for grown in self._growths(alloc, i, free, owner, room):
+                    extra = sum(grown) - sum(alloc)
+                    gain = (self._value(opt, grown) - self._value(opt, alloc)) / extra
+                    if gain > 0 and (best is None or gain > best[0]):
+                        best = (gain, i, grown)
             if best is None:
                 return
-            _, i, node = best
-            allocs[i] = tuple(g + (nd == node) for nd, g in enumerate(allocs[i]))
-            free[node] -= 1
+            _, i, grown = best
+            for nd in range(n):
+                free[nd] -= grown[nd] - allocs[i][nd]
+            allocs[i] = grown
+
+    def _growths(self, alloc: Allocation, job: int, free: list[int], owner: list[int], room: int):
+        """Allocations reachable by adding 1…`room` GPUs without breaking a placement rule (see `_fill`)."""
+        used = [nd for nd, g in enumerate(alloc) if g]
+        if len(used) > 1:  # distributed: its own nodes first, then nodes no other distributed job holds
+            others = [
+                nd for nd in range(len(free)) if nd not in used and (owner[nd] == -1 or not self.avoid_interference)
+            ]
+            nodes = sorted(used, key=lambda nd: -free[nd]) + sorted(others, key=lambda nd: (-free[nd], nd))
+        elif used:
+            nodes = used
+        else:
+            nodes = [max(range(len(free)), key=lambda nd: (free[nd], -nd))]
+        grown = list(alloc)
+        for nd in nodes:
+            for _ in range(free[nd]):
+                if room == 0:
+                    return
+                grown[nd] += 1
+                room -= 1
+                yield tuple(grown)
