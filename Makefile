@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -c 'import sys; sys.exit("Pollux needs Python >= 3.11") if sys.version_info < (3, 11) else None'
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,agent,examples]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,agent,examples,bench]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -25,6 +25,8 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.goodput_speed
 	$(BIN)/python -m benchmarks.sim_speed
 	$(BIN)/python -m benchmarks.reference
+	$(BIN)/python -m benchmarks.sched_latency
+	$(BIN)/python -m benchmarks.search_quality
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -77,17 +77,21 @@ class _Mutation(Mutation):
     def _do(self, problem: _AllocationProblem, X, *args, random_state: np.random.Generator, **kwargs):
         rng, states = random_state, problem.states(X).copy()
         pop, jobs, _ = states.shape
-        reset = rng.random((pop, jobs)) < RESET_P
-        states = np.where(reset[:, :, None], problem.base[None], states)
-        zero = np.where(rng.random((pop, jobs)) < ZERO_ROW_P, ZERO_ENTRY_P, 0.0)
-        states[rng.random(states.shape) < zero[:, :, None]] = 0
-        has_free = (states.sum(axis=1) < problem.cluster.gpus_per_node)[:, None, :]  # (pop, 1, nodes)
-        p_any = has_free / jobs
-        present = (states > 0) & has_free
+        p, j = np.nonzero(rng.random((pop, jobs)) < RESET_P)
+        states[p, j] = problem.base[j]
+        p, j = np.nonzero(rng.random((pop, jobs)) < ZERO_ROW_P)
+        rows = states[p, j]
+        rows[rng.random(rows.shape) < ZERO_ENTRY_P] = 0
+        states[p, j] = rows
+        p, n = np.nonzero(states.sum(axis=1) < problem.cluster.gpus_per_node)  # only nodes with a free GPU grow
+        columns = states[p, :, n]  # (free nodes, jobs)
+        present = columns > 0
+        p_any = 1.0 / jobs
         p_here = present / np.maximum(present.sum(axis=1, keepdims=True), 1)
-        grow = rng.random(states.shape) < p_any + p_here - p_any * p_here
-        raised = rng.integers(states, problem.cluster.gpus_per_node + 1)
-        states[grow] = raised[grow]
+        grow = rng.random(columns.shape) < p_any + p_here - p_any * p_here
+        raised = rng.integers(columns, problem.cluster.gpus_per_node + 1)
+        columns[grow] = raised[grow]
+        states[p, :, n] = columns
         return states.reshape(pop, -1)
 
 
@@ -106,19 +110,31 @@ class _Crossover(Crossover):
 
 
 class _Repair(Repair):
+    """The artifact's repair. Each step touches only the rows or columns that break its rule (the others pass
+    through unchanged either way), which keeps 10⁷-entry populations affordable."""
+
     def _do(self, problem: _AllocationProblem, X, *args, random_state: np.random.Generator, **kwargs):
         states = problem.states(X).copy()
+        gpn = problem.cluster.gpus_per_node
         if problem.policy.avoid_interference:  # one distributed job per node: the first in job order keeps it
-            distributed = (np.count_nonzero(states, axis=2) > 1)[:, :, None]
-            states[np.cumsum((states > 0) & distributed, axis=1) > 1] = 0
-        order = np.argsort(random_state.random(states.shape), axis=2)  # nodes in a random order per job
-        shuffled = np.take_along_axis(states, order, axis=2)
-        shuffled = np.diff(np.minimum(np.cumsum(shuffled, axis=2), problem.max_gpus[None, :, None]), axis=2, prepend=0)
-        used_nodes = np.cumsum(shuffled > 0, axis=2)
-        shuffled[used_nodes > MAX_NODES_PER_JOB] = 0
-        states = np.take_along_axis(shuffled, np.argsort(order, axis=2), axis=2)
-        capacity = problem.cluster.gpus_per_node
-        states = np.diff(np.minimum(np.cumsum(states, axis=1), capacity), axis=1, prepend=0)
+            spans = (np.count_nonzero(states, axis=2) > 1)[:, :, None]
+            distributed = (states > 0) & spans
+            p, n = np.nonzero(distributed.sum(axis=1) > 1)
+            columns = states[p, :, n]
+            columns[np.cumsum(distributed[p, :, n], axis=1) > 1] = 0
+            states[p, :, n] = columns
+        too_big = states.sum(axis=2) > problem.max_gpus[None, :]
+        p, j = np.nonzero(too_big | (np.count_nonzero(states, axis=2) > MAX_NODES_PER_JOB))
+        if p.size:  # cap GPUs and nodes per job, taking its nodes in a random order
+            order = np.argsort(random_state.random((p.size, problem.shape[1])), axis=1)
+            rows = np.take_along_axis(states[p, j], order, axis=1)
+            rows = np.diff(np.minimum(np.cumsum(rows, axis=1), problem.max_gpus[j][:, None]), axis=1, prepend=0)
+            rows[np.cumsum(rows > 0, axis=1) > MAX_NODES_PER_JOB] = 0
+            unshuffled = np.empty_like(rows)
+            np.put_along_axis(unshuffled, order, rows, axis=1)
+            states[p, j] = unshuffled
+        p, n = np.nonzero(states.sum(axis=1) > gpn)  # node capacity, jobs in order
+        states[p, :, n] = np.diff(np.minimum(np.cumsum(states[p, :, n], axis=1), gpn), axis=1, prepend=0)
         states[states.sum(axis=2) < problem.min_gpus[None, :]] = 0
         return states.reshape(len(states), -1)
 

@@ -84,14 +84,27 @@ def main() -> None:
         rounds = recorded_rounds(args.rounds)
         applications()
         big = Cluster(num_nodes=256, gpus_per_node=4)
-        rounds.append(Round("synthetic", tuple(synthetic_round(1000, big, np.random.default_rng(args.seed))), big, 36000))
+        rounds.append(
+            Round("synthetic", tuple(synthetic_round(1000, big, np.random.default_rng(args.seed))), big, 36000)
+        )
 
     policy = PolluxPolicy()
     ga = ArtifactGA(policy)
     ga.search(rounds[0].jobs, rounds[0].cluster, rounds[0].now, np.random.default_rng(args.seed))  # warm up pymoo
     ga = ArtifactGA(policy)
     table = Table(title="Search quality: fitness (higher is better) and seconds per round, ours vs the artifact's GA")
-    for name in ("round", "jobs", "GPUs", "ours fitness", "GA fitness", "ours/GA", "ours s", "GA s", "GA gens", "speed"):
+    for name in (
+        "round",
+        "jobs",
+        "GPUs",
+        "ours fitness",
+        "GA fitness",
+        "ours/GA",
+        "ours s",
+        "GA s",
+        "GA gens",
+        "speed",
+    ):
         table.add_column(name, justify="left" if name == "round" else "right")
     worst_ratio, slowest = np.inf, 0.0
     for i, rnd in enumerate(rounds):

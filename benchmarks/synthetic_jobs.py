@@ -30,6 +30,7 @@ NCF_BATCH = 32768  # the artifact runs ncf at this batch on one GPU under elasti
 EXPLORED = (0, 1, 2, 4, 8, 16, 32)  # most GPUs a job has run on so far ...
 EXPLORED_P = (0.1, 0.2, 0.2, 0.2, 0.15, 0.1, 0.05)  # ... and how often
 MAX_AGE_S = 8 * 3600.0
+PARAM_JITTER = 0.1  # log-normal spread of each job's fitted α, β around the whole-profile fit
 TURNOVER = 0.1  # share of jobs that left / arrived since the round that set the current allocations
 
 
@@ -48,6 +49,13 @@ def applications() -> dict[str, Application]:
         name: Application(model, fit_throughput(profile_samples(model.profile)))
         for name, model in load_measured_models().items()
     }
+
+
+def jittered(params: ThroughputParams, rng: np.random.Generator) -> ThroughputParams:
+    """The α, β of `params` each scaled by a log-normal factor (γ kept): no two jobs share a model."""
+    values = params.to_array()
+    values[:6] *= np.exp(rng.normal(0.0, PARAM_JITTER, 6))
+    return ThroughputParams.from_array(values)
 
 
 def random_job(rng: np.random.Generator, name: str, now: float, cluster: Cluster, new: bool = False) -> JobView:
@@ -74,7 +82,7 @@ def random_job(rng: np.random.Generator, name: str, now: float, cluster: Cluster
         max_batch_size=model.max_batch_size,
         local_bsz_bounds=(model.min_local_bsz, model.max_local_bsz),
         batch_size=NCF_BATCH if fixed else None,
-        throughput_params=app.params if explored else None,
+        throughput_params=jittered(app.params, rng) if explored else None,
         grad_stats=model.grad_stats(model.init_batch_size, epoch) if explored else None,
     )
 

@@ -78,6 +78,8 @@ class Policy(ABC):
     # Whether jobs run under this policy choose their own batch size by goodput (Pollux), or keep the
     # workload's fixed batch (FIFO, Tiresias, Optimus). Elastic-DP instead returns `PolicyResult.batch`.
     adapts_batch_size: ClassVar[bool] = False
+    # Whether the policy itself picks each job's batch (returned in `PolicyResult.batch`), as elastic-DP does.
+    decides_batch_size: ClassVar[bool] = False
     # Whether the policy reads `JobView.throughput_params`; backends skip refitting for those that don't.
     uses_throughput_model: bool = True  # a class attribute, or a property where it depends on options
     # Constructor arguments only a simulator can supply (e.g. "step_time": true step times from the job models);

@@ -99,6 +99,7 @@ class ElasticDPPolicy(Policy):
 
     name: ClassVar[str] = "elastic-dp"
     adapts_batch_size: ClassVar[bool] = False  # the policy picks each job's batch (PolicyResult.batch), not the job
+    decides_batch_size: ClassVar[bool] = True
     uses_throughput_model: ClassVar[bool] = True
 
     def __init__(self) -> None:

@@ -122,6 +122,8 @@ class PolluxPolicy(Policy):
 
     def realloc_factor(self, job: JobView, now: float) -> float:
         age = job.age_s(now)
+        if age + self.restart_delay_s <= 0:
+            return 1.0  # no restart cost and no age: nothing to weigh
         return max(age - job.num_restarts * self.restart_delay_s, 0.0) / (age + self.restart_delay_s)
 
     def options(self, jobs: Sequence[JobView], cluster: Cluster, now: float) -> list[_Options]:

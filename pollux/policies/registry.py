@@ -15,6 +15,7 @@ POLICIES: dict[str, str] = {
     "tiresias-gittins": "pollux.policies.tiresias:TiresiasGittinsPolicy",
     "optimus": "pollux.policies.optimus:OptimusPolicy",
     "pollux": "pollux.policies.pollux:PolluxPolicy",
+    "elastic-dp": "pollux.policies.elastic_dp:ElasticDPPolicy",
 }
 
 

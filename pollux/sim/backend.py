@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pollux.cluster import Allocation, Cluster, num_nodes_used, placement
 from pollux.engine import Decision
 from pollux.goodput import GoodputFunction, GradientStats, ThroughputParams, ThroughputSamples, fit_throughput
-from pollux.policies.base import JobView
+from pollux.policies.base import BatchConfig, JobView
 from pollux.policies.placement import fixed_batch_config
 from pollux.sim.jobmodel import JobModel
 
@@ -29,8 +29,9 @@ class SimJobSpec:
     application: str
     submit_time_s: float
     requested_gpus: int
-    batch_size: int | None  # fixed total batch; None: the job picks it by goodput
+    batch_size: int | None  # fixed total batch; None: the job (or, with batch_by_policy, the policy) picks it
     max_gpus: int | None = None  # extra cap (the artifact runs ncf on one GPU under elastic policies)
+    batch_by_policy: bool = False  # the policy sends each job's batch with its allocation (elastic-DP)
 
 
 @dataclass
@@ -54,6 +55,7 @@ class SimJob:
     samples: dict[tuple[int, int, int], tuple[float, float]] = field(default_factory=dict)
     params: ThroughputParams | None = None
     grad_stats: GradientStats | None = None
+    policy_batch: BatchConfig | None = None  # the batch the policy chose, where it chooses
     _gains: list[float] = field(default_factory=list, repr=False)  # gain per epoch at the fixed batch
     _steps_after: list[float] | None = field(default=None, repr=False)  # steps for epochs e.. at the fixed batch
 
@@ -72,7 +74,9 @@ class SimJob:
         """Elastic bound: adaptive jobs explore up to 2× the most GPUs they ran on (DESIGN.md); fixed-batch jobs
         up to batch // min per-GPU batch."""
         model = self.model
-        if self.spec.batch_size is None:
+        if self.spec.batch_by_policy:
+            bound = min(MAX_ELASTIC_GPUS, model.max_batch_size // model.min_local_bsz)
+        elif self.spec.batch_size is None:
             explored = max((k[1] for k in self.samples), default=0)
             bound = min(max(2 * explored, 1), MAX_ELASTIC_GPUS, model.max_batch_size // model.min_local_bsz)
         else:
@@ -88,7 +92,9 @@ class SimJob:
             self.local_bsz = self.accum_steps = 0
             return
         bounds = (model.min_local_bsz, model.max_local_bsz)
-        if self.spec.batch_size is None and self.params is not None:
+        if self.policy_batch is not None:
+            local, accum = self.policy_batch.local_bsz, self.policy_batch.accum_steps
+        elif self.spec.batch_size is None and self.params is not None and not self.spec.batch_by_policy:
             fn = GoodputFunction(self.params, self.grad_stats or GradientStats(0.0, 0.0), model.init_batch_size)
             choice = fn.optimize(num_nodes_used(self.allocation), gpus, model.max_batch_size, bounds, True)
             local, accum = int(choice.local_bsz), int(choice.accum_steps)
@@ -152,8 +158,12 @@ class SimJob:
             seconds -= used
             self.choose_batch()
 
-    def reallocate(self, allocation: Allocation, now: float, restart_delay_s: float) -> None:
-        """Move the job to `allocation` (all zeros: preempt). Every start or move costs a restart delay."""
+    def reallocate(
+        self, allocation: Allocation, now: float, restart_delay_s: float, batch: BatchConfig | None = None
+    ) -> None:
+        """Move the job to `allocation` (all zeros: preempt), with the policy's batch where it picks one. Every
+        start or move costs a restart delay."""
+        self.policy_batch = batch
         if sum(allocation) == 0:
             self.allocation = ()
             self.local_bsz = self.accum_steps = 0
@@ -266,4 +276,4 @@ class SimBackend:
 
     def apply(self, decisions: Sequence[Decision], now: float) -> None:
         for decision in decisions:
-            self._by_name[decision.job].reallocate(decision.allocation, now, self.restart_delay_s)
+            self._by_name[decision.job].reallocate(decision.allocation, now, self.restart_delay_s, decision.batch)

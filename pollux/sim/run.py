@@ -73,11 +73,21 @@ def job_specs(rows: Sequence[WorkloadRow], policy: Policy, models: Mapping[str, 
         if row.application in ARTIFACT_ELASTIC_OVERRIDES and policy.elastic_gpus:
             override_batch, cap = ARTIFACT_ELASTIC_OVERRIDES[row.application]
             batch = override_batch if policy.adapts_batch_size else batch
-        elif policy.adapts_batch_size:
+        elif policy.adapts_batch_size or policy.decides_batch_size:
             batch = None
         if not policy.elastic_gpus:
             cap = row.num_replicas
-        specs.append(SimJobSpec(row.name, row.application, float(row.submit_time_s), row.num_replicas, batch, cap))
+        specs.append(
+            SimJobSpec(
+                row.name,
+                row.application,
+                float(row.submit_time_s),
+                row.num_replicas,
+                batch,
+                cap,
+                batch_by_policy=policy.decides_batch_size and batch is None,
+            )
+        )
     return specs
 
 
