@@ -137,9 +137,9 @@ class PolluxPolicy(Policy):
             table = speedup_table(job, fair, top)
             factor = self.realloc_factor(job, now)
             alt_value = self.utility(scale * table * factor)
-            value = np.where(np.arange(top + 1) <= gpn, alt_value[0], alt_value[1])
             if job.min_gpus > 0:
-                value[1 : min(job.min_gpus, top + 1)] = -np.inf
+                alt_value[:, 1 : min(job.min_gpus, top + 1)] = -np.inf
+            value = np.where(np.arange(top + 1) <= gpn, alt_value[0], alt_value[1])
             current = sum(job.allocation)
             keep = -np.inf
             if 0 < current <= top:
