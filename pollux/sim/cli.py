@@ -130,7 +130,10 @@ def summary_table(results: list[SimResult], title: str) -> Table:
         "wall s",
     )
     for name in columns:
-        table.add_column(name, justify="left" if name == "policy" else "right")
+        if name == "policy":
+            table.add_column(name, no_wrap=True, min_width=16)
+        else:
+            table.add_column(name, justify="right")
     for r in sorted(results, key=lambda r: r.summary["avg_jct_s"]):
         s = r.summary
         table.add_row(
