@@ -27,6 +27,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.reference
 	$(BIN)/python -m benchmarks.sched_latency
 	$(BIN)/python -m benchmarks.search_quality
+	$(BIN)/python -m benchmarks.agent_overhead
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

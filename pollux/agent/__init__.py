@@ -15,7 +15,12 @@ scales its learning rate, survives being restarted on a different number of work
             loss_fn(model(x), y).backward()
             optimizer.step()
 
-Environment: `POLLUX_CHECKPOINT_DIR` (checkpoints; SIGTERM → finish the step, save, exit 143),
+One process holds one agent (the object `init_process_group` returns), one AdaptiveDataParallel and one training
+AdaptiveDataLoader (the first created); iterate epochs with `remaining_epochs_until` so a restart resumes them.
+Schedule the LR by epoch or by `model.progress` (M0-steps), not by step count: steps change size.
+
+Environment: `POLLUX_CHECKPOINT_DIR` (checkpoints; SIGTERM → finish the step, save, exit 143; with several
+replicas the stop waits for their next agreement, at most `statistics_interval_steps` + 1 steps),
 `POLLUX_REPORT_PATH` (the JSON report the scheduler reads; schema in docs/agent-report-schema.md),
 `POLLUX_JOB_NAME`, `POLLUX_NUM_NODES` (override the host count).
 

@@ -1,6 +1,6 @@
 """The batch-size decision: refit throughput, then maximise goodput on the current allocation (Pollux §3.3).
 
-Pure given its inputs (the throughput log and the gradient statistics); the agent runs it on rank 0 and
+Pure given its inputs (the throughput log, the fit, the gradient statistics); the agent runs it on rank 0 and
 broadcasts the result, so every replica uses the same batch. Torch-free.
 """
 
@@ -32,7 +32,9 @@ class BatchLimits:
                 f"batch_size={self.init_batch_size} (M0)"
             )
         if not 1 <= lo <= hi:
-            raise AgentError(f"autoscale_batch_size: local_bsz_bounds must be (min, max) with 1 <= min <= max, got {lo, hi}")
+            raise AgentError(
+                f"autoscale_batch_size: local_bsz_bounds must be (min, max) with 1 <= min <= max, got {lo, hi}"
+            )
 
 
 @dataclass(frozen=True)
@@ -66,18 +68,25 @@ def initial_config(limits: BatchLimits, num_replicas: int) -> BatchConfig:
     return BatchConfig(local, max(accum, 0))
 
 
-def decide(
-    limits: BatchLimits, log: ThroughputLog, grad_stats: GradientStats | None, num_nodes: int, num_replicas: int
-) -> Decision:
-    """Refit `ThroughputParams` on every configuration logged, then choose (m, s) with `GoodputFunction.optimize`.
-
-    Without a timing or a gradient measurement there is nothing to trade off: keep the initial configuration.
-    """
+def refit(log: ThroughputLog, previous: ThroughputParams | None = None) -> ThroughputParams | None:
+    """`ThroughputParams` fitted on every configuration logged (warm-started from `previous`); None before the
+    first logged step."""
     samples = log.samples()
-    if samples is None:
-        return Decision(initial_config(limits, num_replicas), None, 0.0)
-    params = fit_throughput(samples)
-    if grad_stats is None:
+    return None if samples is None else fit_throughput(samples, initial=previous)
+
+
+def decide(
+    limits: BatchLimits,
+    params: ThroughputParams | None,
+    grad_stats: GradientStats | None,
+    num_nodes: int,
+    num_replicas: int,
+) -> Decision:
+    """The (m, s) that maximise `GoodputFunction.optimize` on this allocation.
+
+    Without a throughput fit or a gradient measurement there is nothing to trade off: the initial configuration.
+    """
+    if params is None or grad_stats is None:
         return Decision(initial_config(limits, num_replicas), params, 0.0)
     choice = GoodputFunction(params, grad_stats, limits.init_batch_size).optimize(
         num_nodes, num_replicas, limits.max_batch_size, limits.local_bsz_bounds, limits.accumulation

@@ -13,8 +13,12 @@ import tempfile
 from pathlib import Path
 
 
-def write_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Replace `path` by `data` atomically (creating parent directories); returns the path written."""
+def write_atomic(path: str | os.PathLike[str], data: bytes, durable: bool = True) -> Path:
+    """Replace `path` by `data` atomically (creating parent directories); returns the path written.
+
+    `durable=False` skips the fsyncs: readers still never see a torn file, but after a machine crash the old
+    version may come back (fine for a status file that is rewritten every few seconds; not for a checkpoint).
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -22,13 +26,15 @@ def write_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    fsync_dir(target.parent)
+    if durable:
+        fsync_dir(target.parent)
     return target
 
 

@@ -2,9 +2,9 @@
 
 Why: an elastic job is stopped and restarted many times (Pollux §4: every reallocation is a restart), so a kill
 during a save must never cost the job its progress. Each save writes `ckpt-<seq>.plx` = header (magic, payload
-length, sha256 of the payload) + payload via write-then-rename, then prunes all but the newest two (never the last good one). Loading walks
-from the newest down; a file whose magic, length or checksum does not match is reported in one log line and the
-previous good one is used.
+length, sha256 of the payload) + payload via write-then-rename, then prunes all but the newest two (never the last
+good one). Loading walks from the newest down; a file whose magic, length or checksum does not match is reported in
+one log line and the previous good one is used.
 """
 
 from __future__ import annotations

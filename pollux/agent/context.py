@@ -8,30 +8,29 @@ rank 0 decides and broadcasts, or a flag is all-reduced, so replicas never disag
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import io
 import logging
 import os
-import random
 import signal
 import socket
 import time
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
-from pollux.agent.adapt import BatchConfig, decide
+from pollux.agent.adapt import BatchConfig, decide, refit
 from pollux.agent.checkpoint import CheckpointStore
 from pollux.agent.report import BatchInUse, JobReport, Progress, write_report
+from pollux.agent.rng import capture_rng, restore_rng
 from pollux.agent.steps import StepTiming, StepTracker
 from pollux.agent.throughput_log import ThroughputLog
 from pollux.errors import AgentError, CheckpointError
-from pollux.goodput import GradientStats, ThroughputParams, fit_throughput
+from pollux.goodput import GradientStats, ThroughputParams
 
 if TYPE_CHECKING:
     from pollux.agent.data import AdaptiveDataLoader
@@ -40,15 +39,10 @@ if TYPE_CHECKING:
 LOG = logging.getLogger("pollux.agent")
 
 CHECKPOINT_FORMAT = 1
+REPORT_INTERVAL_S = 2.0  # a running job rewrites its report at most this often (the scheduler polls far less)
 EXIT_CODE_STOPPED = 143  # 128 + SIGTERM, what a launcher expects from a worker it asked to stop
 
 _CURRENT: contextvars.ContextVar[AgentContext | None] = contextvars.ContextVar("pollux_agent", default=None)
-
-
-class Stateful(Protocol):
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 def current_agent() -> AgentContext:
@@ -83,6 +77,11 @@ def init_process_group(
     if owns_group:
         if "MASTER_ADDR" in env and "WORLD_SIZE" in env:
             dist.init_process_group(backend, init_method="env://")
+        elif int(env.get("WORLD_SIZE", "1")) > 1:
+            raise AgentError(
+                f"WORLD_SIZE={env['WORLD_SIZE']} but MASTER_ADDR/MASTER_PORT are not set: launch with torchrun, "
+                "or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT for every process"
+            )
         else:
             dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -126,35 +125,6 @@ def _count_nodes(world_size: int) -> int:
     return len(set(hosts))
 
 
-def _capture_rng() -> dict[str, Any]:
-    """This process's random generators, in types a weights-only `torch.load` accepts."""
-    name, keys, pos, has_gauss, cached = np.random.get_state()
-    return {
-        "python": random.getstate(),
-        "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)],
-        "torch": torch.get_rng_state(),
-    }
-
-
-def _restore_rng(states: list[dict[str, Any]], rank: int) -> None:
-    """Rank r takes the state rank r saved; a rank the saved job did not have gets a seed derived from rank 0's."""
-    if rank < len(states):
-        state = states[rank]
-        random.setstate(_as_tuple(state["python"]))
-        name, keys, pos, has_gauss, cached = state["numpy"]
-        np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
-        torch.set_rng_state(state["torch"])
-        return
-    seed = (zlib.crc32(states[0]["torch"].numpy().tobytes()) + rank) % 2**32
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def _as_tuple(value: Any) -> Any:
-    return tuple(_as_tuple(v) for v in value) if isinstance(value, list | tuple) else value
-
-
 class AgentContext:
     """Everything the agent knows in one process. Created by `init_process_group`."""
 
@@ -190,6 +160,8 @@ class AgentContext:
         self._rng_pending: list[dict[str, Any]] | None = None
         self._previous_sigterm: Any = None
         self._warned_no_store = False
+        self._fitted_at = -float("inf")  # time.monotonic() of the last throughput fit (rank 0)
+        self._reported_at = -float("inf")
 
     @property
     def distributed(self) -> bool:
@@ -245,7 +217,7 @@ class AgentContext:
     def restore_rng_once(self) -> None:
         """Restore random generators when training resumes (not at init: building the model draws from them)."""
         if self._rng_pending is not None:
-            _restore_rng(self._rng_pending, self.rank)
+            restore_rng(self._rng_pending, self.rank)
             self._rng_pending = None
 
     # -- adaptation -------------------------------------------------------------------------------------------
@@ -256,22 +228,28 @@ class AgentContext:
             return None
         return self.model.noise.grad_stats(loader.batch_size)
 
+    def refit_throughput(self, min_interval_s: float) -> None:
+        """Rank 0: refit the throughput model if `min_interval_s` has passed since the last fit (a fit costs a few
+        milliseconds that every replica waits for; step times drift slowly, so a fit every few seconds suffices)."""
+        now = time.monotonic()
+        if self.throughput_params is not None and now - self._fitted_at < min_interval_s:
+            return
+        try:
+            self.throughput_params = refit(self.throughput_log, self.throughput_params) or self.throughput_params
+        except ValueError as exc:  # a degenerate fit must not kill the job: keep the previous one
+            LOG.warning("throughput fit failed (%s); keeping the previous fit", exc)
+        self._fitted_at = now
+
     def decide_batch(self, loader: AdaptiveDataLoader) -> bool:
-        """Collective: rank 0 refits throughput and picks (m, s) for the current allocation, everyone adopts it.
+        """Collective: rank 0 picks (m, s) for the current allocation from its latest fit, everyone adopts it.
         Returns whether the configuration changed."""
         limits = loader.limits
         if limits is None:
             return False
         choice = torch.zeros(2, dtype=torch.int64)
         if self.rank == 0:
-            try:
-                decision = decide(limits, self.throughput_log, self.grad_stats(), self.num_nodes, self.world_size)
-            except ValueError as exc:  # a degenerate fit must not kill the job: keep the current batch
-                LOG.warning("batch-size decision failed (%s); keeping the current batch size", exc)
-                config = loader.config
-            else:
-                self.throughput_params = decision.throughput_params or self.throughput_params
-                config = decision.config
+            self.refit_throughput(loader.refit_interval_s)
+            config = decide(limits, self.throughput_params, self.grad_stats(), self.num_nodes, self.world_size).config
             choice[0], choice[1] = config.local_bsz, config.accum_steps
         if self.distributed:
             dist.broadcast(choice, src=0)
@@ -308,11 +286,10 @@ class AgentContext:
         if self.steps % loader.adapt_interval_steps != 0:
             return False
         changed = self.decide_batch(loader)
-        if self.rank == 0 and loader.limits is None and len(self.throughput_log):
-            samples = self.throughput_log.samples()
-            if samples is not None:
-                self.throughput_params = fit_throughput(samples)
-        self.write_report("running")
+        if self.rank == 0 and time.monotonic() - self._reported_at >= REPORT_INTERVAL_S:
+            if loader.limits is None:
+                self.refit_throughput(loader.refit_interval_s)
+            self.write_report("running")
         return changed
 
     # -- stopping and checkpoints -----------------------------------------------------------------------------
@@ -333,6 +310,8 @@ class AgentContext:
 
     def agree_stop(self) -> bool:
         """Collective: whether any replica has been asked to stop."""
+        if self.model is not None:
+            self.model.flush_statistics()
         flag = self.stop_requested_locally or self.stop_agreed
         if self.distributed:
             tensor = torch.tensor([float(flag)])
@@ -349,7 +328,9 @@ class AgentContext:
     def save_checkpoint(self) -> Path | None:
         """Collective: rank 0 writes model, optimizer, scheduler, loader position, epoch, measurement history and
         every rank's RNG state into one new checkpoint file; all ranks wait until it is on disk."""
-        rng = _capture_rng()
+        if self.model is not None:
+            self.model.flush_statistics()  # the last step's statistics belong in the checkpoint
+        rng = capture_rng()
         gathered: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
         if self.distributed:
             dist.gather_object(rng, gathered, dst=0)
@@ -445,16 +426,15 @@ class AgentContext:
         report = self.build_report(status)
         if report is not None:
             write_report(self.report_path, report)
+            self._reported_at = time.monotonic()
 
     # -- teardown ---------------------------------------------------------------------------------------------
 
     def close(self) -> None:
         """Forget this agent: restore the SIGTERM handler, leave the process group if init created it."""
         if self._previous_sigterm is not None:
-            try:
+            with contextlib.suppress(ValueError):  # not the main thread
                 signal.signal(signal.SIGTERM, self._previous_sigterm)
-            except ValueError:
-                pass
             self._previous_sigterm = None
         if self.model is not None:
             self.model.detach_agent()

@@ -61,6 +61,7 @@ class AdaptiveDataLoader:
         self.limits: BatchLimits | None = None  # None: fixed total batch M0
         self.config = BatchConfig(math.ceil(batch_size / self._agent.world_size), 0)
         self.adapt_interval_steps = 25
+        self.refit_interval_s = 5.0
         self.epoch = -1
         self.position = 0  # examples of this epoch's permutation consumed (over all replicas)
         self._agent.attach_loader(self)
@@ -75,16 +76,22 @@ class AdaptiveDataLoader:
         gradient_accumulation: bool = False,
         *,
         adapt_interval_steps: int = 25,
+        refit_interval_s: float = 5.0,
     ) -> None:
         """Let the agent choose the batch size: total at most `max_batch_size`, per replica within
         `local_bsz_bounds` (memory), with gradient accumulation beyond the per-replica maximum if allowed.
-        The choice is revisited every `adapt_interval_steps` optimizer steps."""
-        if adapt_interval_steps < 1:
-            raise AgentError(f"adapt_interval_steps must be >= 1, got {adapt_interval_steps}")
+        The choice is revisited every `adapt_interval_steps` optimizer steps, with the throughput model refitted
+        at most every `refit_interval_s` seconds."""
+        if adapt_interval_steps < 1 or refit_interval_s < 0:
+            raise AgentError(
+                f"need adapt_interval_steps >= 1 and refit_interval_s >= 0, got {adapt_interval_steps}, "
+                f"{refit_interval_s}"
+            )
         self.limits = BatchLimits(
             self.batch_size, max_batch_size, local_bsz_bounds or (1, max_batch_size), gradient_accumulation
         )
         self.adapt_interval_steps = adapt_interval_steps
+        self.refit_interval_s = refit_interval_s
         self.config = initial_config(self.limits, self._agent.world_size)
 
     @property
@@ -119,7 +126,11 @@ class AdaptiveDataLoader:
         num_examples = len(self.dataset)
         replicas, rank = agent.world_size, agent.rank
         if 0 < num_examples - self.position < replicas:
-            LOG.warning("skipping the last %d examples of epoch %d: fewer than replicas", num_examples - self.position, self.epoch)
+            LOG.warning(
+                "skipping the last %d examples of epoch %d: fewer than replicas",
+                num_examples - self.position,
+                self.epoch,
+            )
             self.position = num_examples
         agent.decide_batch(self)
         order = epoch_order(num_examples, self.epoch, self.seed, self.shuffle)
@@ -127,7 +138,9 @@ class AdaptiveDataLoader:
         tracker.init_batch_size = self.batch_size
         try:
             while self.position < num_examples:
-                plan = plan_micro_batches(num_examples, self.position, replicas, self._global_micro_batch, self.accum_steps)
+                plan = plan_micro_batches(
+                    num_examples, self.position, replicas, self._global_micro_batch, self.accum_steps
+                )
                 slices = [replica_slice(mb.start, mb.stop, replicas, rank) for mb in plan]
                 batches = torch.utils.data.DataLoader(
                     self.dataset, batch_sampler=[order[a:b].tolist() for a, b in slices], **self._dataloader_kwargs

@@ -11,6 +11,9 @@ Single-step estimates are very noisy (|g|² is a difference of two large numbers
 bias-corrected exponential moving average, and the noise scale is the ratio of the averages, not an average of
 ratios. The averages convert to `pollux.goodput.GradientStats` at the initial batch size M0: sqr = |g|²,
 var = tr(Σ)/M0, so that noise_scale(stats, M0) = M0·var/sqr = tr(Σ)/|g|² = B_simple of McCandlish et al.
+
+Batches drawn without replacement from N examples (an epoch) have variance tr(Σ)/B·(N−B)/(N−1), so the estimate of
+|g|² comes out lower by about tr(Σ)/N: negligible while the noise scale is small against the dataset (φ ≪ N).
 """
 
 from __future__ import annotations
@@ -41,13 +44,21 @@ class NoiseScaleEstimator:
         self._trace = 0.0
         self._weight = 0.0
         self.updates = 0
+        self._stats: tuple[int, int, GradientStats] | None = None  # (updates, M0, stats): one object per update
 
     def update(
-        self, small_sqr: float, small_bsz: float, big_sqr: float, big_bsz: float, init_batch_size: int
+        self,
+        small_sqr: float,
+        small_bsz: float,
+        big_sqr: float,
+        big_bsz: float,
+        init_batch_size: int,
+        steps: int = 1,
     ) -> None:
-        """One pair of measurements: mean |G|² over gradients of `small_bsz` examples, |G|² of `big_bsz`."""
+        """One pair of measurements: mean |G|² over gradients of `small_bsz` examples, |G|² of `big_bsz`, each
+        averaged over `steps` optimizer steps (which then weigh as much as that many single updates)."""
         sqr, trace = two_batch_estimates(small_sqr, small_bsz, big_sqr, big_bsz)
-        decay = self.smoothing ** (big_bsz / init_batch_size)
+        decay = self.smoothing ** (steps * big_bsz / init_batch_size)
         self._sqr = decay * self._sqr + (1.0 - decay) * sqr
         self._trace = decay * self._trace + (1.0 - decay) * trace
         self._weight = decay * self._weight + (1.0 - decay)
@@ -67,7 +78,11 @@ class NoiseScaleEstimator:
         """GradientStats at M0 (sqr = |g|², var = tr(Σ)/M0), clipped at 0; None before the first update."""
         if self.updates == 0:
             return None
-        return GradientStats(sqr=max(self.sqr, 0.0), var=max(self.trace, 0.0) / init_batch_size)
+        cached = self._stats
+        if cached is None or cached[:2] != (self.updates, init_batch_size):
+            stats = GradientStats(sqr=max(self.sqr, 0.0), var=max(self.trace, 0.0) / init_batch_size)
+            cached = self._stats = (self.updates, init_batch_size, stats)
+        return cached[2]
 
     def state_dict(self) -> dict[str, Any]:
         return {"sqr": self._sqr, "trace": self._trace, "weight": self._weight, "updates": self.updates}
@@ -77,3 +92,4 @@ class NoiseScaleEstimator:
         self._trace = float(state["trace"])
         self._weight = float(state["weight"])
         self.updates = int(state["updates"])
+        self._stats = None

@@ -7,22 +7,32 @@
   small batch, their mean the big one (consecutive micro-batches; slightly biased while the weights move).
 
 Adam-type optimizers step along g/(sqrt(v̂)+ε), so their noise scale is measured in that preconditioned space
-(Pollux §3.1): every gradient is divided by the optimizer's current denominator before its norm is taken.
+(Pollux §3.1): every gradient is divided by the optimizer's current denominator before its norm is taken. Only once
+the second-moment estimate has averaged `PRECONDITIONER_WARMUP_STEPS` steps, though: before that 1/sqrt(v̂) of a
+coordinate rests on a few squared gradients, is heavy-tailed, and one such step would dominate the moving averages.
 """
 
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Iterable
 
 import torch
+
+from pollux.agent.steps import StepTracker
+
+PRECONDITIONER_WARMUP_STEPS = 100
 
 
 class GradientMeter:
     """Collects |local micro-gradient|² during backward and computes |averaged gradient|² at the step."""
 
-    def __init__(self, params: Iterable[torch.nn.Parameter], optimizer: torch.optim.Optimizer) -> None:
+    def __init__(
+        self, params: Iterable[torch.nn.Parameter], optimizer: torch.optim.Optimizer, tracker: StepTracker
+    ) -> None:
         self.params = [p for p in params if p.requires_grad]
+        self.tracker = tracker
         self.optimizer = optimizer
         self.preconditioned = "betas" in optimizer.defaults  # Adam, AdamW, NAdam, RAdam, ...: exp_avg_sq state
         self.collecting = False
@@ -33,10 +43,11 @@ class GradientMeter:
 
     @property
     def ready(self) -> bool:
-        """False for an Adam-type optimizer before its first step (no second-moment estimate to divide by yet)."""
+        """False for an Adam-type optimizer during its first `PRECONDITIONER_WARMUP_STEPS` steps."""
         return not self.preconditioned or self._denoms is not None
 
     def _on_grad(self, key: int, grad: torch.Tensor) -> None:
+        self.tracker.last_grad_t = time.perf_counter()  # the last one of a backward pass marks its compute end
         if self.collecting:
             denom = None if self._denoms is None else self._denoms.get(key)
             local = grad if denom is None else grad / denom
@@ -65,12 +76,14 @@ class GradientMeter:
         return float(torch.stack(torch._foreach_norm(tensors)).double().pow(2).sum())
 
     def consecutive_pair(self, grads: list[torch.Tensor], grads_sqr: float, batch_size: float) -> tuple[float, float]:
-        """(mean |G_small|², |G_big|²) from this step's and the previous step's gradient (big = their mean); returns
-        (nan, nan) when there is no previous gradient of the same batch size. Keeps a copy of `grads` for next time."""
+        """(mean |G_small|², |G_big|²) from this step's and the previous step's gradient (big = their mean), for
+        every second step: pairs do not overlap, so they are independent and the copy is needed half the time.
+        Returns (nan, nan) on the first step of a pair, keeping a copy of `grads` for the second."""
         prev = self._prev
-        self._prev = ([g.detach().clone() for g in grads], grads_sqr, batch_size)
         if prev is None or prev[2] != batch_size or len(prev[0]) != len(grads):
+            self._prev = ([g.detach().clone() for g in grads], grads_sqr, batch_size)
             return float("nan"), float("nan")
+        self._prev = None
         prev_grads, prev_sqr, _ = prev
         mean = torch._foreach_add(prev_grads, grads)
         torch._foreach_mul_(mean, 0.5)
@@ -91,11 +104,15 @@ class GradientMeter:
                 state = self.optimizer.state.get(p)
                 if not state or "exp_avg_sq" not in state:
                     continue
-                correction = 1.0 - beta2 ** float(state["step"])
-                denoms[id(p)] = (state["exp_avg_sq"] / correction).sqrt_().add_(eps)
+                step = float(state["step"])
+                if step < PRECONDITIONER_WARMUP_STEPS:
+                    self._denoms = None
+                    return
+                denoms[id(p)] = (state["exp_avg_sq"] / (1.0 - beta2**step)).sqrt_().add_(eps)
         self._denoms = denoms or None
 
     def remove(self) -> None:
+        """Take the hooks off the parameters (the model is plain DDP again)."""
         for handle in self._handles:
             handle.remove()
         self._handles = []

@@ -6,33 +6,40 @@ Wrapping the model also wraps the optimizer (and LR scheduler) so the user's loo
   accumulated gradient, updates the noise-scale estimate (pollux.agent.gradients, pollux.agent.gns), multiplies the
   LR by the scaling rule's factor for this one step, and counts progress in M0-steps with the AdaScale gain.
 - `optimizer.zero_grad()` and `lr_scheduler.step()` do nothing in the middle of an accumulating step.
+  (The optimizer's methods are replaced on the instance, keeping the LR scheduler's step-order marker; the
+  scheduler's class is swapped for a subclass instead, because LRScheduler.state_dict() saves every instance
+  attribute and a method there would not pickle.)
 - forward() switches DDP's gradient synchronisation off for non-final micro-batches (what `no_sync()` does).
-- An all-reduce comm hook marks when the last gradient bucket is ready, splitting compute from sync time.
+- A hook on every parameter takes the norm of its local gradient and marks the time; the last one ends the
+  compute part of the step, the rest until the step ends is sync (pollux.agent.steps).
 """
 
 from __future__ import annotations
 
+import functools
 import math
-import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from pollux.agent.context import AgentContext, current_agent
+from pollux.agent.exchange import StatisticsExchange
 from pollux.agent.gns import NoiseScaleEstimator
 from pollux.agent.gradients import GradientMeter
 from pollux.agent.scaling import AdaScale, ScalingRule
-from pollux.goodput import GradientStats, adascale_gain, noise_scale
+from pollux.errors import AgentError
+from pollux.goodput import GradientStats, noise_scale
 
 
 class AdaptiveDataParallel(DistributedDataParallel):
     """DDP for a job whose batch size, LR and replica count change while it trains.
 
     `scaling_rule` defaults to `AdaScale()`. `gns_smoothing` is the EMA factor per M0-batch of examples for the
-    gradient statistics. Other keyword arguments go to `DistributedDataParallel`. Construct it after
-    `init_process_group`: on a restart it loads the checkpointed model, optimizer and scheduler state.
+    gradient statistics; `statistics_interval_steps` how many steps the replicas pool before exchanging them (and
+    a stop request), see pollux.agent.exchange. Other keyword arguments go to `DistributedDataParallel`.
+    Construct it after `init_process_group`: on a restart it loads the checkpointed model, optimizer and scheduler.
     """
 
     def __init__(
@@ -44,6 +51,7 @@ class AdaptiveDataParallel(DistributedDataParallel):
         *,
         name: str = "model",
         gns_smoothing: float = 0.999,
+        statistics_interval_steps: int = 4,
         agent: AgentContext | None = None,
         **ddp_kwargs: Any,
     ) -> None:
@@ -59,17 +67,17 @@ class AdaptiveDataParallel(DistributedDataParallel):
         self.scaling_rule = scaling_rule if scaling_rule is not None else AdaScale()
         self.noise = NoiseScaleEstimator(gns_smoothing)
         self.last_lr_factor = 1.0
-        self._meter = GradientMeter(module.parameters(), optimizer)
-        self.register_comm_hook(None, self._timed_allreduce)
+        self._progress_gain = AdaScale()  # progress in M0-steps is the AdaScale gain, whatever rule scales the LR
+        self._meter = GradientMeter(module.parameters(), optimizer, agent.tracker)
+        self._exchange = StatisticsExchange(self.noise, statistics_interval_steps)
 
         self._inner_step = optimizer.step
         self._inner_zero_grad = optimizer.zero_grad
-        optimizer.step = self._step  # type: ignore[method-assign]
-        optimizer.zero_grad = self._zero_grad  # type: ignore[method-assign]
+        optimizer.step = _forward_to(self._step, self._inner_step)  # type: ignore[method-assign]
+        optimizer.zero_grad = _forward_to(self._zero_grad, self._inner_zero_grad)  # type: ignore[method-assign]
         self._scheduler_seen_steps = 0
         if lr_scheduler is not None:
-            self._inner_scheduler_step = lr_scheduler.step
-            lr_scheduler.step = self._scheduler_step
+            _hold_scheduler_while_accumulating(lr_scheduler, self)
 
         if restored is not None:
             optimizer.load_state_dict(restored["optimizer"])
@@ -84,7 +92,7 @@ class AdaptiveDataParallel(DistributedDataParallel):
     @property
     def agent(self) -> AgentContext:
         if self._agent is None:
-            raise RuntimeError("this AdaptiveDataParallel's agent was closed")
+            raise AgentError("this AdaptiveDataParallel's agent was closed (agent.close())")
         return self._agent
 
     @property
@@ -113,7 +121,9 @@ class AdaptiveDataParallel(DistributedDataParallel):
         }
 
     def detach_agent(self) -> None:
+        """Called by `agent.close()`: from now on this is plain DDP."""
         self._agent = None
+        self._meter.remove()
 
     # -- the wrapped calls ------------------------------------------------------------------------------------
 
@@ -125,23 +135,9 @@ class AdaptiveDataParallel(DistributedDataParallel):
             self.require_backward_grad_sync = micro.ends_step
             tracker.forward_seen = True
             self._meter.collecting = tracker.multi_gradient and self._meter.ready
-        else:
-            self.require_backward_grad_sync = True
+        else:  # outside the training loop: plain DDP (a user's own no_sync() is left alone)
             self._meter.collecting = False
         return super().forward(*inputs, **kwargs)
-
-    def _timed_allreduce(self, state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-        """DDP's default all-reduce (average over replicas), plus the time the bucket became ready."""
-        if self._agent is not None:
-            self._agent.tracker.sync_ready_t = time.perf_counter()
-        buffer = bucket.buffer()
-        world = dist.get_world_size()
-        if world == 1:
-            done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-            done.set_result(buffer)
-            return done
-        buffer.div_(world)
-        return dist.all_reduce(buffer, async_op=True).get_future().then(lambda fut: fut.value()[0])
 
     def _zero_grad(self, *args: Any, **kwargs: Any) -> None:
         tracker = None if self._agent is None else self._agent.tracker
@@ -149,13 +145,15 @@ class AdaptiveDataParallel(DistributedDataParallel):
             return  # mid-accumulation: these gradients are still being summed
         self._inner_zero_grad(*args, **kwargs)
 
-    def _scheduler_step(self, *args: Any, **kwargs: Any) -> Any:
+    def scheduler_may_step(self) -> bool:
+        """False in the middle of an accumulating step: the optimizer has not stepped since the scheduler did."""
         tracker = None if self._agent is None else self._agent.tracker
-        if tracker is not None and tracker.micro is not None:
-            if tracker.optimizer_steps == self._scheduler_seen_steps:
-                return None  # the optimizer has not stepped since the scheduler last did (accumulating)
-            self._scheduler_seen_steps = tracker.optimizer_steps
-        return self._inner_scheduler_step(*args, **kwargs)
+        if tracker is None or tracker.micro is None:
+            return True
+        if tracker.optimizer_steps == self._scheduler_seen_steps:
+            return False
+        self._scheduler_seen_steps = tracker.optimizer_steps
+        return True
 
     def _step(self, *args: Any, **kwargs: Any) -> Any:
         agent = self._agent
@@ -176,7 +174,7 @@ class AdaptiveDataParallel(DistributedDataParallel):
         stats = self.noise.grad_stats(init_batch_size)
         factor = float(self.scaling_rule.lr_factor(batch_size, init_batch_size, stats))
         if not (math.isfinite(factor) and factor > 0):
-            raise ValueError(f"{self.scaling_rule!r}.lr_factor returned {factor}; it must be finite and > 0")
+            raise AgentError(f"{self.scaling_rule!r}.lr_factor returned {factor}; it must be finite and > 0")
         groups = self.optimizer.param_groups
         base_lrs = [group["lr"] for group in groups]
         for group, lr in zip(groups, base_lrs, strict=True):
@@ -187,8 +185,7 @@ class AdaptiveDataParallel(DistributedDataParallel):
             for group, lr in zip(groups, base_lrs, strict=True):
                 group["lr"] = lr
         self.last_lr_factor = factor
-        gain = 1.0 if stats is None else float(adascale_gain(stats, init_batch_size, batch_size))
-        agent.m0_steps += gain
+        agent.m0_steps += self._progress_gain.lr_factor(batch_size, init_batch_size, stats)
         agent.steps += 1
         agent.examples += batch_size
         self._meter.refresh_preconditioner()
@@ -199,29 +196,59 @@ class AdaptiveDataParallel(DistributedDataParallel):
     def _measure(
         self, agent: AgentContext, micro_steps: int, batch_size: int, init_batch_size: int, full: bool
     ) -> None:
-        """Update the noise-scale estimate from this step's gradients (all replicas agree on the numbers), and
-        agree on a stop request in the same collective."""
+        """Update the noise-scale estimate from this step's gradients, and learn whether any replica must stop.
+
+        Every replica computes the same numbers: the local sums are all-reduced (pollux.agent.exchange), and the
+        averaged gradient is bitwise the same everywhere (DDP relies on that too), so LR factors never drift apart.
+        """
         meter = self._meter
-        measure = full and meter.ready
         local_sqr = meter.take_local_sqr()
+        measure = full and meter.ready  # not a partial step, nor Adam's denominators still settling
         pre = meter.preconditioned_grads() if measure else []
         global_sqr = meter.sqr_norm(pre) if measure else 0.0
-        values = [local_sqr, float(micro_steps), global_sqr, float(agent.stop_requested_locally), float(measure)]
         if agent.distributed:
-            reduced = torch.tensor(values, dtype=torch.float64)
-            dist.all_reduce(reduced)
-            values = reduced.tolist()
-        local_total, count, global_total, stop, measured = values
-        if stop > 0:
-            agent.stop_agreed = True
-        if measured < agent.world_size:
+            stop = agent.stop_requested_locally
+            self._exchange.add_step(stop, local_sqr, global_sqr, batch_size, init_batch_size, micro_steps, measure)
+            agent.stop_agreed = agent.stop_agreed or self._exchange.stop_agreed
+            return
+        agent.stop_agreed = agent.stop_agreed or agent.stop_requested_locally
+        if not measure:
             meter.forget_previous()
-            return
-        global_sqr = global_total / agent.world_size
-        if count >= 2:
-            small_bsz = batch_size / count
-            self.noise.update(local_total / count, small_bsz, global_sqr, batch_size, init_batch_size)
-            return
-        small, big = meter.consecutive_pair(pre, global_sqr, batch_size)
-        if math.isfinite(small):
-            self.noise.update(small, batch_size, big, 2 * batch_size, init_batch_size)
+        elif micro_steps >= 2:
+            self.noise.update(
+                local_sqr / micro_steps, batch_size / micro_steps, global_sqr, batch_size, init_batch_size
+            )
+        else:
+            small, big = meter.consecutive_pair(pre, global_sqr, batch_size)
+            if math.isfinite(small):
+                self.noise.update(small, batch_size, big, 2 * batch_size, init_batch_size)
+
+    def flush_statistics(self) -> None:
+        """Collective: apply every step's statistics still being exchanged, and agree on stop requests."""
+        agent = self._agent
+        if agent is not None and agent.distributed:
+            self._exchange.flush(agent.stop_requested_locally)
+            agent.stop_agreed = agent.stop_agreed or self._exchange.stop_agreed
+
+
+def _forward_to(wrapper: Callable[..., Any], inner: Callable[..., Any]) -> Callable[..., Any]:
+    """A plain function calling `wrapper`, marked like `inner` where torch's LR scheduler marked it (it warns when
+    it finds optimizer.step replaced by something it did not wrap; the inner call still sets its flag)."""
+
+    @functools.wraps(inner)
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        return wrapper(*args, **kwargs)
+
+    return forward
+
+
+def _hold_scheduler_while_accumulating(scheduler: Any, model: AdaptiveDataParallel) -> None:
+    """Make `scheduler.step()` a no-op while `model.scheduler_may_step()` says no."""
+    base = type(scheduler)
+
+    def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not model.scheduler_may_step():
+            return None
+        return base.step(self, *args, **kwargs)
+
+    scheduler.__class__ = type(base.__name__, (base,), {"step": step, "__module__": base.__module__})

@@ -106,7 +106,9 @@ class JobReport:
             "local_bsz_bounds": list(self.local_bsz_bounds),
             "gradient_accumulation": self.gradient_accumulation,
             "adaptive_batch_size": self.adaptive_batch_size,
-            "throughput_params": None if params is None else dict(zip(PARAM_NAMES, params.to_array().tolist())),
+            "throughput_params": None
+            if params is None
+            else dict(zip(PARAM_NAMES, params.to_array().tolist(), strict=True)),
             "grad_stats": None if self.grad_stats is None else {"sqr": self.grad_stats.sqr, "var": self.grad_stats.var},
             "batch": {
                 "num_nodes": self.batch.num_nodes,
@@ -188,8 +190,8 @@ class JobReport:
 
 
 def write_report(path: str | os.PathLike[str], report: JobReport) -> Path:
-    """Write `report` as JSON, atomically, so the scheduler never reads half a file."""
-    return write_atomic(path, (json.dumps(report.to_json_dict(), indent=2) + "\n").encode())
+    """Write `report` as JSON, atomically (write-then-rename, no fsync), so the scheduler never reads half a file."""
+    return write_atomic(path, (json.dumps(report.to_json_dict(), indent=2) + "\n").encode(), durable=False)
 
 
 def read_report(path: str | os.PathLike[str]) -> JobReport:

@@ -28,10 +28,17 @@ class AdaScale(ScalingRule):
     much faster as the batch's lower gradient variance warrants: linear while noise dominates, none once it
     doesn't. The same gain counts the job's progress in M0-steps."""
 
+    def __init__(self) -> None:
+        self._last: tuple[int, int, GradientStats, float] | None = None  # the statistics change every few steps
+
     def lr_factor(self, batch_size: int, init_batch_size: int, grad_stats: GradientStats | None) -> float:
         if grad_stats is None:
             return 1.0
-        return float(adascale_gain(grad_stats, init_batch_size, batch_size))
+        last = self._last
+        if last is None or last[:3] != (batch_size, init_batch_size, grad_stats):
+            gain = float(adascale_gain(grad_stats, init_batch_size, batch_size))
+            last = self._last = (batch_size, init_batch_size, grad_stats, gain)
+        return last[3]
 
 
 class SqrtScale(ScalingRule):

@@ -1,13 +1,14 @@
 """Where the training loop is, and the clock marks that split an optimizer step into compute and sync (torch-free).
 
-The loader opens and closes micro-batches; the model's forward, its all-reduce hook and the optimizer's step read
+The loader opens and closes micro-batches; the model's forward, its gradient hooks and the optimizer's step read
 and mark this one object, which is how they agree on accumulation and timing without global state.
 
 Timing (what the throughput fit needs, Pollux §3.2): a micro-batch runs from the moment the loader is asked for
 it (data loading included, it scales with the batch too) until the loader is asked for the next one. Micro-steps
 that do not synchronise are pure compute. In the final, synchronising micro-step of a multi-replica job, compute
-ends when DDP's last gradient bucket becomes ready (its comm hook fires); the rest is sync the backward pass did not
-hide, plus the optimizer update. The step time is the whole span from the first micro-batch to the next step.
+ends when the backward pass produces its last local gradient (the last parameter hook fires; DDP's last bucket is
+ready then); the rest is all-reduce time the backward pass did not hide, plus the optimizer update. The step time
+is the whole span from the first micro-batch to the next step.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class StepTracker:
         self.forward_seen = False  # a forward pass has fed the current, unfinished step
         self.stepped = False  # the optimizer stepped at the end of the current step
         self.optimizer_steps = 0  # real optimizer steps taken in this process
-        self.sync_ready_t: float | None = None
+        self.last_grad_t: float | None = None  # when the latest local gradient was produced
         self._micro_t0 = 0.0
         self._step_t0 = 0.0
         self._compute_s = 0.0
@@ -50,14 +51,14 @@ class StepTracker:
             self.forward_seen = self.stepped = False
         self.micro = micro
         self._micro_t0 = now
-        self.sync_ready_t = None
+        self.last_grad_t = None
 
     def end_micro(self, now: float, distributed: bool) -> StepTiming | None:
         """Close the current micro-batch; the step's timing when it was the step's last one, else None."""
         micro = self.micro
         if micro is None:
             return None
-        ready = self.sync_ready_t
+        ready = self.last_grad_t
         last_compute_end = ready if distributed and micro.ends_step and ready is not None else now
         self._compute_s += last_compute_end - self._micro_t0
         self._micros += 1

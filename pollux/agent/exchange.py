@@ -1,0 +1,126 @@
+"""Sharing the replicas' local gradient statistics, and stop requests, at a small cost per step.
+
+The local-vs-global noise-scale estimate (pollux.agent.gns) needs every replica's Σ|local micro-gradient|² summed
+over replicas, and a stop request must reach every replica at the same step. Both ride on one small all-reduce. On
+a busy host a collective costs a millisecond or more (every process must be scheduled), as much as the agent's
+other per-step work together, so:
+
+- steps are pooled into windows of `interval_steps` (the estimators are linear in the squared norms, so summing a
+  window of steps of one batch configuration and updating once is the same estimate as updating per step);
+- a window's all-reduce is launched asynchronously and waited for one step later, so its round trip hides behind
+  that step's forward and backward pass.
+
+The price: a stop request (SIGTERM) takes effect up to `interval_steps` + 1 steps later, and the estimate lags as
+much. Every replica opens and closes windows at the same steps and waits in the same order, so collectives
+always match.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from pollux.agent.gns import NoiseScaleEstimator
+
+
+@dataclass
+class _Window:
+    """Steps of one batch configuration, summed: Σ|local micro-gradient|² of this replica and how many, and
+    Σ|averaged gradient|² (the same on every replica) over the steps that were measured."""
+
+    batch_size: int
+    init_batch_size: int
+    micro_steps: int
+    steps: int = 0
+    measured_steps: int = 0
+    local_sqr: float = 0.0
+    local_count: float = 0.0
+    global_sqr: float = 0.0
+
+    def same_configuration(self, batch_size: int, init_batch_size: int, micro_steps: int) -> bool:
+        return (self.batch_size, self.init_batch_size, self.micro_steps) == (batch_size, init_batch_size, micro_steps)
+
+
+@dataclass(frozen=True)
+class _InFlight:
+    values: torch.Tensor  # (Σ local |g_micro|², micro-gradient count, stop flag), being all-reduced
+    work: Any
+    window: _Window
+
+
+class StatisticsExchange:
+    """Windows of steps → one async all-reduce each → noise-scale updates and the agreed stop flag."""
+
+    def __init__(self, noise: NoiseScaleEstimator, interval_steps: int = 4) -> None:
+        if interval_steps < 1:
+            raise ValueError(f"interval_steps must be >= 1, got {interval_steps}")
+        self.noise = noise
+        self.interval_steps = interval_steps
+        self.stop_agreed = False
+        self._window: _Window | None = None
+        self._in_flight: _InFlight | None = None
+
+    def add_step(
+        self,
+        stop_requested: bool,
+        local_sqr: float,
+        global_sqr: float,
+        batch_size: int,
+        init_batch_size: int,
+        micro_steps: int,
+        measured: bool,
+    ) -> None:
+        """Record one optimizer step (every replica calls this at every step with the same configuration)."""
+        self._complete()  # the previous window's all-reduce, launched at least one step ago
+        window = self._window
+        if window is not None and not window.same_configuration(batch_size, init_batch_size, micro_steps):
+            self._close_window(stop_requested)
+            window = None
+        if window is None:
+            window = self._window = _Window(batch_size, init_batch_size, micro_steps)
+        window.steps += 1
+        if measured:
+            window.measured_steps += 1
+            window.local_sqr += local_sqr
+            window.local_count += micro_steps
+            window.global_sqr += global_sqr
+        if window.steps >= self.interval_steps:
+            self._close_window(stop_requested)
+
+    def flush(self, stop_requested: bool) -> None:
+        """Collective: close the open window and apply everything still in flight."""
+        self._close_window(stop_requested)
+        self._complete()
+
+    def _close_window(self, stop_requested: bool) -> None:
+        window, self._window = self._window, None
+        if window is None:
+            return
+        self._complete()
+        values = torch.tensor([window.local_sqr, window.local_count, float(stop_requested)], dtype=torch.float64)
+        self._in_flight = _InFlight(values, dist.all_reduce(values, async_op=True), window)
+
+    def _complete(self) -> None:
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is None:
+            return
+        in_flight.work.wait()
+        local_sqr, count, stop = in_flight.values.tolist()
+        if stop > 0:
+            self.stop_agreed = True
+        window = in_flight.window
+        if window.measured_steps == 0 or count < 2:
+            return
+        # count = measured steps × replicas × micro-steps: the small batch is the step's batch over that many
+        small_bsz = window.batch_size * window.measured_steps / count
+        self.noise.update(
+            local_sqr / count,
+            small_bsz,
+            window.global_sqr / window.measured_steps,
+            window.batch_size,
+            window.init_batch_size,
+            steps=window.measured_steps,
+        )

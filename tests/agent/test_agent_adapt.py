@@ -1,0 +1,97 @@
+"""Batch-size decisions and the measurement history they rest on (torch-free parts of the agent)."""
+
+import pytest
+
+from pollux.agent.adapt import BatchConfig, BatchLimits, decide, initial_config, refit
+from pollux.agent.sampler import MicroBatch
+from pollux.agent.steps import StepTracker
+from pollux.agent.throughput_log import ThroughputLog
+from pollux.errors import AgentError
+from pollux.goodput import GradientStats
+
+LIMITS = BatchLimits(init_batch_size=32, max_batch_size=1024, local_bsz_bounds=(8, 64), accumulation=True)
+
+
+def synthetic_log(alpha=0.01, beta=0.0005, sync=0.004):
+    """Steps of a job whose compute is alpha + beta·m and whose all-reduce adds `sync` on 2 replicas."""
+    log = ThroughputLog()
+    for replicas in (1, 2):
+        for local in (16, 32, 64):
+            compute = alpha + beta * local
+            log.record(1, replicas, local, 0, compute, compute + (sync if replicas > 1 else 0.0))
+    return log
+
+
+def test_before_measurements_the_batch_is_m0_or_the_smallest_per_replica_batch():
+    assert initial_config(LIMITS, 1) == BatchConfig(32, 0)
+    assert initial_config(LIMITS, 8) == BatchConfig(8, 0)  # 8 replicas × min 8 > M0
+    big_m0 = BatchLimits(256, 1024, (8, 64), accumulation=True)
+    assert initial_config(big_m0, 2) == BatchConfig(64, 1)  # 128 per replica = 2 × 64
+    assert initial_config(BatchLimits(256, 1024, (8, 64), accumulation=False), 2) == BatchConfig(64, 0)
+
+
+def test_without_timings_or_gradient_statistics_the_initial_batch_is_kept():
+    assert refit(ThroughputLog()) is None
+    assert decide(LIMITS, None, GradientStats(1.0, 1.0), 1, 2).config == initial_config(LIMITS, 2)
+    assert decide(LIMITS, refit(synthetic_log()), None, 1, 2).config == initial_config(LIMITS, 2)
+
+
+def total(decision, replicas=2):
+    return decision.config.total(replicas)
+
+
+def test_the_chosen_batch_grows_with_the_noise_scale():
+    params = refit(synthetic_log())
+    totals = [total(decide(LIMITS, params, GradientStats(1.0, phi / 32), 1, 2)) for phi in (4, 64, 512, 8192)]
+    assert totals == sorted(totals)
+    assert totals[0] == 32 and totals[-1] > 8 * 32
+
+
+def test_choices_respect_the_bounds_and_use_accumulation_beyond_the_per_replica_maximum():
+    decision = decide(LIMITS, refit(synthetic_log()), GradientStats(1e-6, 1.0), 1, 2)
+    assert 8 <= decision.config.local_bsz <= 64
+    assert total(decision) <= 1024
+    assert decision.config.accum_steps > 0
+
+
+def test_a_refit_warm_started_from_the_previous_fit_agrees_with_a_cold_one():
+    log = synthetic_log()
+    cold = refit(log)
+    log.record(1, 2, 48, 0, 0.01 + 0.0005 * 48, 0.01 + 0.0005 * 48 + 0.004)
+    warm, fresh = refit(log, previous=cold), refit(log)
+    assert warm.beta_c == pytest.approx(fresh.beta_c, rel=0.05)
+    assert warm.alpha_c == pytest.approx(fresh.alpha_c, rel=0.05)
+
+
+def test_limits_are_validated_with_a_message_that_says_what_to_fix():
+    with pytest.raises(AgentError, match="max_batch_size=16 must be >= the loader's batch_size=32"):
+        BatchLimits(32, 16, (8, 64), False)
+    with pytest.raises(AgentError, match="local_bsz_bounds"):
+        BatchLimits(32, 64, (0, 64), False)
+
+
+def test_the_throughput_log_keeps_medians_per_configuration_and_survives_a_restart():
+    log = ThroughputLog(window=3)
+    for compute, step in [(1.0, 2.0), (1.2, 2.2), (9.0, 9.0), (1.1, 2.1)]:  # the 1.0 falls out of the window
+        log.record(1, 2, 16, 0, compute, step)
+    log.record(1, 3, 8, 1, 0.5, 1.5)
+    restored = ThroughputLog()
+    restored.load_state_dict(log.state_dict())
+    samples = restored.samples()
+    assert len(samples) == 2 and restored.max_replicas == 3 and restored.steps_recorded() == 5
+    assert samples.compute_time.tolist() == [1.2, 0.5]
+    assert samples.step_time.tolist() == [2.2, 1.5]
+    assert samples.accum_steps.tolist() == [0, 1]
+
+
+def test_step_timing_splits_compute_from_unhidden_sync():
+    tracker = StepTracker()
+    tracker.begin_micro(MicroBatch(0, 8, 0, False, True), now=0.0)
+    assert tracker.end_micro(0.010, distributed=True) is None  # accumulation micro-step: all compute
+    tracker.begin_micro(MicroBatch(8, 16, 1, True, True), now=0.010)
+    tracker.last_grad_t = 0.018  # the backward pass produced its last local gradient: compute ends here
+    timing = tracker.end_micro(0.025, distributed=True)
+    assert timing.compute_s == pytest.approx((0.010 + 0.008) / 2)
+    assert timing.step_s == pytest.approx(0.025)
+    assert (timing.micro_steps, timing.full) == (2, True)
+    assert tracker.step_examples == 16

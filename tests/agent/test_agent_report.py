@@ -1,0 +1,95 @@
+"""The job report: versioned JSON, validated on read, and readable without torch."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pollux.agent.report import SCHEMA_VERSION, BatchInUse, JobReport, Progress, read_report, write_report
+from pollux.errors import ReportError
+from pollux.goodput import GradientStats, ThroughputParams
+
+REPORT = JobReport(
+    status="running",
+    job_name="cifar",
+    started_at_s=1.0e9,
+    written_at_s=1.0e9 + 60,
+    init_batch_size=64,
+    max_batch_size=1024,
+    local_bsz_bounds=(16, 256),
+    gradient_accumulation=True,
+    adaptive_batch_size=True,
+    throughput_params=ThroughputParams(0.02, 0.0008, 0.03, 0.003, 0.12, 0.003, 2.0),
+    grad_stats=GradientStats(sqr=1.0, var=5.0),
+    batch=BatchInUse(num_nodes=1, num_replicas=2, local_bsz=96, accum_steps=1),
+    progress=Progress(epoch=3, epoch_examples=5120, epoch_size=50000, steps=700, examples=100000, m0_steps=900.5),
+    max_replicas_seen=2,
+    throughput_configs=4,
+    restarts=1,
+)
+
+
+def test_a_written_report_reads_back_equal(tmp_path):
+    path = write_report(tmp_path / "job" / "report.json", REPORT)
+    assert read_report(path) == REPORT
+    data = json.loads(path.read_text())
+    assert (data["schema"], data["version"]) == ("pollux.agent.report", SCHEMA_VERSION)
+    assert data["batch"]["total_batch_size"] == 2 * 96 * 2
+
+
+def test_the_report_rebuilds_the_jobs_goodput_function(tmp_path):
+    fn = read_report(write_report(tmp_path / "r.json", REPORT)).goodput_function()
+    assert fn.init_batch_size == 64
+    assert float(fn.optimize(1, 2, 1024, (16, 256), True).goodput) > 0
+
+
+def test_before_any_measurement_there_is_no_goodput_function(tmp_path):
+    report = JobReport(**{**REPORT.__dict__, "throughput_params": None, "grad_stats": None})
+    assert read_report(write_report(tmp_path / "r.json", report)).goodput_function() is None
+
+
+def mutated(tmp_path, change):
+    data = REPORT.to_json_dict()
+    change(data)
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.update(version=2), "newer than this reader"),
+        (lambda d: d.pop("grad_stats"), "missing field 'grad_stats'"),
+        (lambda d: d["batch"].update(local_bsz=0), "field 'batch.local_bsz' must be an integer >= 1"),
+        (lambda d: d.update(init_batch_size=True), "field 'init_batch_size' must be an integer"),
+        (lambda d: d["throughput_params"].update(gamma=0.5), "valid ThroughputParams"),
+        (lambda d: d["grad_stats"].update(var=-1.0), "field 'grad_stats.var' must be a number >= 0"),
+        (lambda d: d.update(status="lost"), "field 'status' must be one of"),
+        (lambda d: d.update(max_batch_size=8), "field 'max_batch_size' must be an integer >= 64"),
+        (lambda d: d.update(schema="other"), "field 'schema'"),
+    ],
+)
+def test_a_bad_report_is_refused_naming_the_file_and_field(tmp_path, change, message):
+    path = mutated(tmp_path, change)
+    with pytest.raises(ReportError, match=message) as err:
+        read_report(path)
+    assert str(path) in str(err.value)
+
+
+def test_unknown_extra_fields_are_accepted(tmp_path):
+    assert read_report(mutated(tmp_path, lambda d: d.update(future_field=1))) == REPORT
+
+
+def test_unreadable_and_non_json_files_are_report_errors(tmp_path):
+    with pytest.raises(ReportError, match="cannot read"):
+        read_report(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(ReportError, match="not valid JSON"):
+        read_report(tmp_path / "bad.json")
+
+
+def test_reading_reports_never_imports_torch():
+    code = "import sys, pollux.agent, pollux.agent.report; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
