@@ -16,6 +16,7 @@ from pollux.policies.base import JobView, Policy
 from pollux.sim.backend import SimBackend, SimJob, SimJobSpec
 from pollux.sim.jobmodel import JobModel
 from pollux.sim.metrics import JobRecord, TimelinePoint, summarize
+from pollux.sim.workload import WorkloadJob
 
 # The artifact runs ncf at its measured batch on one GPU under elastic policies (DESIGN.md, Pollux's jobs).
 ARTIFACT_ELASTIC_OVERRIDES: dict[str, tuple[int | None, int]] = {"ncf": (32768, 1)}
@@ -38,17 +39,6 @@ class SimConfig:
 
 
 @dataclass(frozen=True)
-class WorkloadRow:
-    """What the simulator needs of a workload row (a `pollux.sim.workload.WorkloadJob` fits)."""
-
-    name: str
-    submit_time_s: float
-    application: str
-    num_replicas: int
-    batch_size: int
-
-
-@dataclass(frozen=True)
 class SimResult:
     policy: str
     jobs: tuple[JobRecord, ...]
@@ -57,7 +47,7 @@ class SimResult:
     wall_s: float
 
 
-def job_specs(rows: Sequence[WorkloadRow], policy: Policy, models: Mapping[str, JobModel], cluster: Cluster):
+def job_specs(rows: Sequence[WorkloadJob], policy: Policy, models: Mapping[str, JobModel], cluster: Cluster):
     """Workload rows as the policy's jobs: adaptive ones drop the user's batch; fixed ones keep it."""
     specs = []
     for row in rows:
@@ -144,7 +134,7 @@ def isolated_jct(job: SimJob, gpus: int, config: SimConfig) -> float:
 
 
 def simulate(
-    rows: Sequence[WorkloadRow],
+    rows: Sequence[WorkloadJob],
     policy: Policy,
     models: Mapping[str, JobModel],
     config: SimConfig = SimConfig(),

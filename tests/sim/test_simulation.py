@@ -10,7 +10,8 @@ from pollux.policies.registry import make_policy
 from pollux.sim.backend import SimBackend, SimJobSpec
 from pollux.sim.jobmodel import run_time_s
 from pollux.sim.measured import load_measured_models
-from pollux.sim.run import SimConfig, WorkloadRow, simulate
+from pollux.sim.run import SimConfig, simulate
+from pollux.sim.workload import WorkloadJob
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +20,7 @@ def models():
 
 
 def row(name, submit, app, gpus, batch):
-    return WorkloadRow(name=name, submit_time_s=submit, application=app, num_replicas=gpus, batch_size=batch)
+    return WorkloadJob(name=name, submit_time_s=submit, application=app, num_replicas=gpus, batch_size=batch)
 
 
 @pytest.mark.parametrize("app,gpus,batch", [("cifar10", 1, 128), ("cifar10", 4, 512), ("bert", 2, 24)])
