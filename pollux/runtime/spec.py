@@ -1,0 +1,151 @@
+"""Job specifications: what a user submits to `pollux submit`, validated before anything is created.
+
+A spec is a TOML file (stdlib `tomllib`, no extra dependency):
+
+    name = "cifar-resnet"                     # lowercase letters, digits and '-', at most 63 characters
+    command = ["python", "train.py", "--epochs", "30"]   # or one string, split like a shell would
+    adaptive = true                           # false: the job keeps its batch size (efficiency is then 1)
+    min_gpus = 0                              # 0 lets the scheduler pause it
+    max_gpus = 16
+    init_batch_size = 128                     # M0
+    max_batch_size = 4096
+    local_bsz_bounds = [32, 512]              # per-GPU batch the GPU memory allows
+    checkpoint_dir = "ckpt/cifar-resnet"      # relative paths are relative to the spec file
+    priority = 0                              # optional
+    owner = "alice"                           # optional
+
+Every error names the file, the field and what is accepted, so a bad spec is refused before a job exists.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pollux.errors import SpecError
+
+NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+FIELDS = (
+    "name",
+    "command",
+    "adaptive",
+    "min_gpus",
+    "max_gpus",
+    "init_batch_size",
+    "max_batch_size",
+    "local_bsz_bounds",
+    "checkpoint_dir",
+    "priority",
+    "owner",
+)
+REQUIRED = ("name", "command", "init_batch_size")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A validated job specification (see the module docstring for the file format)."""
+
+    name: str
+    command: tuple[str, ...]
+    init_batch_size: int
+    max_batch_size: int
+    local_bsz_bounds: tuple[int, int]
+    min_gpus: int = 0
+    max_gpus: int = 64
+    adaptive: bool = True
+    checkpoint_dir: Path | None = None
+    priority: int = 0
+    owner: str | None = None
+
+
+def _int(source: str, field: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise SpecError(f"{source}: field '{field}': expected an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _command(source: str, value: Any, base: Path) -> tuple[str, ...]:
+    if isinstance(value, str):
+        parts = tuple(shlex.split(value))
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        parts = tuple(value)
+    else:
+        raise SpecError(f"{source}: field 'command': expected a string or a list of strings, got {value!r}")
+    if not parts:
+        raise SpecError(f'{source}: field \'command\': must not be empty; e.g. ["python", "train.py"]')
+    for part in parts:
+        if part.endswith(".py") and not (base / part).is_file():
+            raise SpecError(f"{source}: field 'command': script {part!r} not found (looked in {base})")
+    return parts
+
+
+def parse_spec(data: dict[str, Any], source: str = "<spec>", base: Path | None = None) -> JobSpec:
+    """Validate a spec already read into a dict; `base` resolves relative paths (default: current directory)."""
+    base = base or Path.cwd()
+    unknown = sorted(set(data) - set(FIELDS))
+    if unknown:
+        raise SpecError(f"{source}: unknown field '{unknown[0]}'; accepted fields: {', '.join(FIELDS)}")
+    missing = [f for f in REQUIRED if f not in data]
+    if missing:
+        raise SpecError(f"{source}: missing required field '{missing[0]}' (required: {', '.join(REQUIRED)})")
+    name = data["name"]
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        raise SpecError(
+            f"{source}: field 'name': expected lowercase letters, digits and '-', 1-63 characters, got {name!r}"
+        )
+    command = _command(source, data["command"], base)
+    init_bsz = _int(source, "init_batch_size", data["init_batch_size"], 1)
+    max_bsz = _int(source, "max_batch_size", data.get("max_batch_size", init_bsz), init_bsz)
+    bounds = data.get("local_bsz_bounds", [1, max_bsz])
+    if not (isinstance(bounds, list) and len(bounds) == 2):
+        raise SpecError(f"{source}: field 'local_bsz_bounds': expected [min, max], got {bounds!r}")
+    low = _int(source, "local_bsz_bounds", bounds[0], 1)
+    high = _int(source, "local_bsz_bounds", bounds[1], low)
+    min_gpus = _int(source, "min_gpus", data.get("min_gpus", 0), 0)
+    max_gpus = _int(source, "max_gpus", data.get("max_gpus", 64), max(min_gpus, 1))
+    if min_gpus * low > max_bsz:
+        raise SpecError(
+            f"{source}: field 'min_gpus': {min_gpus} GPUs x local_bsz_bounds min {low} exceed max_batch_size "
+            f"{max_bsz}; lower min_gpus or raise max_batch_size"
+        )
+    adaptive = data.get("adaptive", True)
+    if not isinstance(adaptive, bool):
+        raise SpecError(f"{source}: field 'adaptive': expected true or false, got {adaptive!r}")
+    checkpoint = data.get("checkpoint_dir")
+    if checkpoint is not None and not isinstance(checkpoint, str):
+        raise SpecError(f"{source}: field 'checkpoint_dir': expected a path string, got {checkpoint!r}")
+    owner = data.get("owner")
+    if owner is not None and not isinstance(owner, str):
+        raise SpecError(f"{source}: field 'owner': expected a string, got {owner!r}")
+    priority = data.get("priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise SpecError(f"{source}: field 'priority': expected an integer, got {priority!r}")
+    return JobSpec(
+        name=name,
+        command=command,
+        init_batch_size=init_bsz,
+        max_batch_size=max_bsz,
+        local_bsz_bounds=(low, high),
+        min_gpus=min_gpus,
+        max_gpus=max_gpus,
+        adaptive=adaptive,
+        checkpoint_dir=None if checkpoint is None else (base / checkpoint),
+        priority=priority,
+        owner=owner,
+    )
+
+
+def load_spec(path: str | Path) -> JobSpec:
+    """Read and validate a TOML job spec; relative paths in it are relative to the file."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such spec file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise SpecError(f"{path}: not valid TOML ({error})") from None
+    return parse_spec(data, str(path), path.resolve().parent)

@@ -1,0 +1,81 @@
+"""Job specs: a good one parses, and every bad field is refused with its name and the accepted values."""
+
+from pathlib import Path
+
+import pytest
+
+from pollux.errors import SpecError
+from pollux.runtime.spec import load_spec, parse_spec
+
+GOOD = """
+name = "cifar-resnet"
+command = ["python", "train.py", "--epochs", "3"]
+init_batch_size = 128
+max_batch_size = 4096
+local_bsz_bounds = [32, 512]
+max_gpus = 8
+checkpoint_dir = "ckpt"
+owner = "alice"
+"""
+
+
+@pytest.fixture
+def spec_dir(tmp_path: Path) -> Path:
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    return tmp_path
+
+
+def write(directory: Path, text: str) -> Path:
+    path = directory / "job.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_good_spec_parses_with_paths_relative_to_the_file(spec_dir):
+    spec = load_spec(write(spec_dir, GOOD))
+    assert spec.name == "cifar-resnet"
+    assert spec.command == ("python", "train.py", "--epochs", "3")
+    assert spec.local_bsz_bounds == (32, 512)
+    assert spec.checkpoint_dir == spec_dir.resolve() / "ckpt"
+    assert spec.adaptive and spec.min_gpus == 0 and spec.max_gpus == 8
+
+
+def test_a_command_string_is_split_like_a_shell(spec_dir):
+    spec = parse_spec({"name": "a", "command": "python train.py --lr '0.1'", "init_batch_size": 8}, base=spec_dir)
+    assert spec.command == ("python", "train.py", "--lr", "0.1")
+
+
+@pytest.mark.parametrize(
+    "change,field",
+    [
+        ({"name": "Bad_Name"}, "name"),
+        ({"command": []}, "command"),
+        ({"command": ["python", "missing.py"]}, "command"),
+        ({"init_batch_size": 0}, "init_batch_size"),
+        ({"max_batch_size": 64}, "max_batch_size"),
+        ({"local_bsz_bounds": [64, 32]}, "local_bsz_bounds"),
+        ({"local_bsz_bounds": [32]}, "local_bsz_bounds"),
+        ({"min_gpus": 40, "local_bsz_bounds": [128, 256]}, "min_gpus"),
+        ({"max_gpus": 0}, "max_gpus"),
+        ({"adaptive": "yes"}, "adaptive"),
+        ({"priority": 1.5}, "priority"),
+        ({"gpus": 4}, "gpus"),
+    ],
+)
+def test_each_bad_field_is_named_in_the_error(spec_dir, change, field):
+    data = {"name": "job", "command": ["python", "train.py"], "init_batch_size": 128, "max_batch_size": 4096}
+    data.update(change)
+    with pytest.raises(SpecError, match=f"'{field}'"):
+        parse_spec(data, "job.toml", spec_dir)
+
+
+def test_a_missing_required_field_is_named(spec_dir):
+    with pytest.raises(SpecError, match="missing required field 'init_batch_size'"):
+        parse_spec({"name": "job", "command": "python train.py"}, "job.toml", spec_dir)
+
+
+def test_unreadable_files_are_refused_with_the_path(tmp_path):
+    with pytest.raises(SpecError, match="no such spec file"):
+        load_spec(tmp_path / "nope.toml")
+    with pytest.raises(SpecError, match="not valid TOML"):
+        load_spec(write(tmp_path, "name = \n"))
