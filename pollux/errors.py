@@ -42,3 +42,7 @@ class CheckpointError(AgentError):
 
 class ReportError(AgentError):
     """A job report file is unreadable or breaks the schema; the message names the file and the field."""
+
+
+class UnknownJobError(PolluxError):
+    """A job name the scheduler has never seen (or has already forgotten)."""

@@ -1,0 +1,223 @@
+"""Durable runtime state in SQLite (WAL mode): jobs, their status history, allocations, agent reports, events.
+
+Every change is one transaction, so a scheduler killed at any instant leaves the last committed state intact, and a
+restarted one reads every job back. Only what cannot be recomputed is stored (STYLE.md habit 10).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pollux.errors import SpecError, UnknownJobError
+from pollux.runtime.spec import JobSpec
+
+STATUSES = ("pending", "running", "stopping", "completed", "failed", "cancelled")
+FINAL = frozenset({"completed", "failed", "cancelled"})
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    name TEXT PRIMARY KEY,
+    spec TEXT NOT NULL,
+    status TEXT NOT NULL,
+    submitted_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    allocation TEXT NOT NULL DEFAULT '[]',
+    restarts INTEGER NOT NULL DEFAULT 0,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT
+);
+CREATE TABLE IF NOT EXISTS status_history (
+    job TEXT NOT NULL REFERENCES jobs(name),
+    at REAL NOT NULL,
+    status TEXT NOT NULL,
+    reason TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS reports (
+    job TEXT PRIMARY KEY REFERENCES jobs(name),
+    at REAL NOT NULL,
+    report TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    job TEXT,
+    kind TEXT NOT NULL,
+    detail TEXT NOT NULL DEFAULT '{}'
+);
+"""
+
+
+@dataclass(frozen=True)
+class JobState:
+    """One job as stored."""
+
+    name: str
+    spec: dict[str, Any]
+    status: str
+    submitted_at: float
+    updated_at: float
+    allocation: tuple[int, ...]
+    restarts: int
+    attempts: int
+    last_error: str | None
+
+
+def _spec_json(spec: JobSpec) -> str:
+    data = asdict(spec)
+    data["checkpoint_dir"] = None if spec.checkpoint_dir is None else str(spec.checkpoint_dir)
+    return json.dumps(data, sort_keys=True)
+
+
+class StateStore:
+    """The scheduler's state in one SQLite file. Safe to share between threads of one process."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """All statements inside commit together or not at all."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    # -- jobs ----------------------------------------------------------------------------------------------------
+    def add_job(self, spec: JobSpec, now: float) -> JobState:
+        """Record a submitted job as pending; a name the store already holds is refused."""
+        with self.transaction() as db:
+            row = db.execute("SELECT status FROM jobs WHERE name = ?", (spec.name,)).fetchone()
+            if row is not None:
+                raise SpecError(f"job name {spec.name!r} is already used (status {row['status']}); pick another name")
+            db.execute(
+                "INSERT INTO jobs (name, spec, status, submitted_at, updated_at) VALUES (?, ?, 'pending', ?, ?)",
+                (spec.name, _spec_json(spec), now, now),
+            )
+            db.execute("INSERT INTO status_history VALUES (?, ?, 'pending', 'submitted')", (spec.name, now))
+            self._event(db, now, spec.name, "submitted", {})
+        return self.job(spec.name)
+
+    def job(self, name: str) -> JobState:
+        with self._lock:
+            row = self._db.execute("SELECT * FROM jobs WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise UnknownJobError(f"no job named {name!r}; `pollux ls` lists the jobs")
+        return self._state(row)
+
+    def jobs(self, include_finished: bool = True) -> list[JobState]:
+        with self._lock:
+            rows = self._db.execute("SELECT * FROM jobs ORDER BY submitted_at, name").fetchall()
+        states = [self._state(r) for r in rows]
+        return states if include_finished else [s for s in states if s.status not in FINAL]
+
+    def set_status(self, name: str, status: str, now: float, reason: str = "", error: str | None = None) -> None:
+        """Move a job to `status`; a finished job never changes again."""
+        if status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+        with self.transaction() as db:
+            current = self._status(db, name)
+            if current in FINAL:
+                raise SpecError(f"job {name!r} is already {current}; it cannot become {status}")
+            db.execute(
+                "UPDATE jobs SET status = ?, updated_at = ?, last_error = COALESCE(?, last_error) WHERE name = ?",
+                (status, now, error, name),
+            )
+            db.execute("INSERT INTO status_history VALUES (?, ?, ?, ?)", (name, now, status, reason))
+            self._event(db, now, name, "status", {"from": current, "to": status, "reason": reason})
+
+    def set_allocation(self, name: str, allocation: tuple[int, ...], now: float, restart: bool) -> None:
+        """Record the GPUs per node a job now holds; `restart` counts a relaunch at a new size or place."""
+        with self.transaction() as db:
+            self._status(db, name)
+            db.execute(
+                "UPDATE jobs SET allocation = ?, updated_at = ?, restarts = restarts + ? WHERE name = ?",
+                (json.dumps(list(allocation)), now, int(restart), name),
+            )
+            self._event(db, now, name, "allocation", {"allocation": list(allocation), "restart": restart})
+
+    def count_attempt(self, name: str, now: float) -> int:
+        """One more launch attempt (crash retries back off on this count); returns the new count."""
+        with self.transaction() as db:
+            self._status(db, name)
+            db.execute("UPDATE jobs SET attempts = attempts + 1, updated_at = ? WHERE name = ?", (now, name))
+            return int(db.execute("SELECT attempts FROM jobs WHERE name = ?", (name,)).fetchone()[0])
+
+    # -- reports, history, events ---------------------------------------------------------------------------
+    def record_report(self, name: str, report: dict[str, Any], now: float) -> None:
+        with self.transaction() as db:
+            self._status(db, name)
+            db.execute(
+                "INSERT INTO reports VALUES (?, ?, ?) ON CONFLICT(job) DO UPDATE SET at = excluded.at, "
+                "report = excluded.report",
+                (name, now, json.dumps(report, sort_keys=True)),
+            )
+
+    def report(self, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._db.execute("SELECT report FROM reports WHERE job = ?", (name,)).fetchone()
+        return None if row is None else json.loads(row["report"])
+
+    def history(self, name: str) -> list[tuple[float, str, str]]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT at, status, reason FROM status_history WHERE job = ? ORDER BY rowid", (name,)
+            ).fetchall()
+        return [(r["at"], r["status"], r["reason"]) for r in rows]
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        query, args = "SELECT * FROM events ORDER BY id", ()
+        if name is not None:
+            query, args = "SELECT * FROM events WHERE job = ? ORDER BY id", (name,)
+        with self._lock:
+            rows = self._db.execute(query, args).fetchall()
+        return [{"at": r["at"], "job": r["job"], "kind": r["kind"], **json.loads(r["detail"])} for r in rows]
+
+    # -- helpers --------------------------------------------------------------------------------------------
+    @staticmethod
+    def _status(db: sqlite3.Connection, name: str) -> str:
+        row = db.execute("SELECT status FROM jobs WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise UnknownJobError(f"no job named {name!r}; `pollux ls` lists the jobs")
+        return str(row["status"])
+
+    @staticmethod
+    def _event(db: sqlite3.Connection, now: float, job: str | None, kind: str, detail: dict[str, Any]) -> None:
+        db.execute(
+            "INSERT INTO events (at, job, kind, detail) VALUES (?, ?, ?, ?)", (now, job, kind, json.dumps(detail))
+        )
+
+    @staticmethod
+    def _state(row: sqlite3.Row) -> JobState:
+        return JobState(
+            name=row["name"],
+            spec=json.loads(row["spec"]),
+            status=row["status"],
+            submitted_at=row["submitted_at"],
+            updated_at=row["updated_at"],
+            allocation=tuple(json.loads(row["allocation"])),
+            restarts=row["restarts"],
+            attempts=row["attempts"],
+            last_error=row["last_error"],
+        )
