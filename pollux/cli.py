@@ -12,6 +12,7 @@ from rich.table import Table
 
 from pollux.data.cli import app as data_app
 from pollux.errors import PolluxError
+from pollux.runtime.cli import register as register_runtime
 from pollux.sim.cli import simulate_command
 from pollux.sim.workload_cli import app as workload_app
 
@@ -24,6 +25,7 @@ app = typer.Typer(
 app.add_typer(data_app, name="data", help="Find, fetch and verify the Pollux artifact's data.")
 app.add_typer(workload_app, name="workload", help="Generate and inspect workload traces.")
 app.command("simulate")(simulate_command)
+register_runtime(app)
 
 DataDirOption = Annotated[
     Path | None,

@@ -46,3 +46,11 @@ class ReportError(AgentError):
 
 class UnknownJobError(PolluxError):
     """A job name the scheduler has never seen (or has already forgotten)."""
+
+
+class LaunchError(PolluxError):
+    """Worker processes for a job could not be started (missing executable, unknown node, no free slots)."""
+
+
+class ServiceError(PolluxError):
+    """The scheduler service is unreachable, refused a request, or is already running; the message says why."""

@@ -5,6 +5,7 @@ A spec is a TOML file (stdlib `tomllib`, no extra dependency):
     name = "cifar-resnet"                     # lowercase letters, digits and '-', at most 63 characters
     command = ["python", "train.py", "--epochs", "30"]   # or one string, split like a shell would
     adaptive = true                           # false: the job keeps its batch size (efficiency is then 1)
+    gpus = 2                                  # the request of fixed-size policies (fifo, tiresias); default 1
     min_gpus = 0                              # 0 lets the scheduler pause it
     max_gpus = 16
     init_batch_size = 128                     # M0
@@ -33,6 +34,7 @@ FIELDS = (
     "name",
     "command",
     "adaptive",
+    "gpus",
     "min_gpus",
     "max_gpus",
     "init_batch_size",
@@ -56,10 +58,31 @@ class JobSpec:
     local_bsz_bounds: tuple[int, int]
     min_gpus: int = 0
     max_gpus: int = 64
+    gpus: int = 1  # requested GPUs, kept by policies that do not change GPU counts
     adaptive: bool = True
     checkpoint_dir: Path | None = None
     priority: int = 0
     owner: str | None = None
+    workdir: Path | None = None  # where the command runs: the spec file's folder
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The spec as JSON-ready data (paths as strings), as the state store keeps it."""
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        data["command"] = list(self.command)
+        data["local_bsz_bounds"] = list(self.local_bsz_bounds)
+        for key in ("checkpoint_dir", "workdir"):
+            data[key] = None if data[key] is None else str(data[key])
+        return data
+
+    @classmethod
+    def from_json_dict(cls, data: dict[str, Any]) -> JobSpec:
+        """Inverse of `to_json_dict` (the data was validated when it was submitted)."""
+        values = dict(data)
+        values["command"] = tuple(values["command"])
+        values["local_bsz_bounds"] = tuple(values["local_bsz_bounds"])
+        for key in ("checkpoint_dir", "workdir"):
+            values[key] = None if values.get(key) is None else Path(values[key])
+        return cls(**{k: v for k, v in values.items() if k in cls.__dataclass_fields__})
 
 
 def _int(source: str, field: str, value: Any, minimum: int) -> int:
@@ -107,6 +130,9 @@ def parse_spec(data: dict[str, Any], source: str = "<spec>", base: Path | None =
     high = _int(source, "local_bsz_bounds", bounds[1], low)
     min_gpus = _int(source, "min_gpus", data.get("min_gpus", 0), 0)
     max_gpus = _int(source, "max_gpus", data.get("max_gpus", 64), max(min_gpus, 1))
+    gpus = _int(source, "gpus", data.get("gpus", max(min_gpus, 1)), max(min_gpus, 1))
+    if gpus > max_gpus:
+        raise SpecError(f"{source}: field 'gpus': {gpus} exceeds max_gpus {max_gpus}; lower gpus or raise max_gpus")
     if min_gpus * low > max_bsz:
         raise SpecError(
             f"{source}: field 'min_gpus': {min_gpus} GPUs x local_bsz_bounds min {low} exceed max_batch_size "
@@ -132,10 +158,12 @@ def parse_spec(data: dict[str, Any], source: str = "<spec>", base: Path | None =
         local_bsz_bounds=(low, high),
         min_gpus=min_gpus,
         max_gpus=max_gpus,
+        gpus=gpus,
         adaptive=adaptive,
         checkpoint_dir=None if checkpoint is None else (base / checkpoint),
         priority=priority,
         owner=owner,
+        workdir=base,
     )
 
 
@@ -143,9 +171,18 @@ def load_spec(path: str | Path) -> JobSpec:
     """Read and validate a TOML job spec; relative paths in it are relative to the file."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError(f"{path}: no such spec file") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+    except UnicodeDecodeError as error:
         raise SpecError(f"{path}: not valid TOML ({error})") from None
-    return parse_spec(data, str(path), path.resolve().parent)
+    return loads_spec(text, str(path), path.resolve().parent)
+
+
+def loads_spec(text: str, source: str = "<spec>", base: Path | None = None) -> JobSpec:
+    """Validate a spec given as TOML text (what `pollux submit` sends to the service)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise SpecError(f"{source}: not valid TOML ({error})") from None
+    return parse_spec(data, source, base)

@@ -11,11 +11,12 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pollux.errors import SpecError, UnknownJobError
+from pollux.runtime.launcher import WorkerInfo
 from pollux.runtime.spec import JobSpec
 
 STATUSES = ("pending", "running", "stopping", "completed", "failed", "cancelled")
@@ -43,6 +44,15 @@ CREATE TABLE IF NOT EXISTS reports (
     at REAL NOT NULL,
     report TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS workers (
+    job TEXT NOT NULL REFERENCES jobs(name),
+    rank INTEGER NOT NULL,
+    node INTEGER NOT NULL,
+    pid INTEGER NOT NULL,
+    host TEXT NOT NULL,
+    start_ticks INTEGER NOT NULL,
+    PRIMARY KEY (job, rank)
+);
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     at REAL NOT NULL,
@@ -69,9 +79,7 @@ class JobState:
 
 
 def _spec_json(spec: JobSpec) -> str:
-    data = asdict(spec)
-    data["checkpoint_dir"] = None if spec.checkpoint_dir is None else str(spec.checkpoint_dir)
-    return json.dumps(data, sort_keys=True)
+    return json.dumps(spec.to_json_dict(), sort_keys=True)
 
 
 class StateStore:
@@ -163,6 +171,64 @@ class StateStore:
             self._status(db, name)
             db.execute("UPDATE jobs SET attempts = attempts + 1, updated_at = ? WHERE name = ?", (now, name))
             return int(db.execute("SELECT attempts FROM jobs WHERE name = ?", (name,)).fetchone()[0])
+
+    def record_launch(
+        self, name: str, allocation: tuple[int, ...], workers: list[WorkerInfo], now: float, restart: bool
+    ) -> None:
+        """A worker group started: status running, its allocation and its workers' pids, in one transaction (a
+        scheduler killed right after still knows which processes to reap)."""
+        with self.transaction() as db:
+            current = self._status(db, name)
+            if current in FINAL:
+                raise SpecError(f"job {name!r} is already {current}; it cannot be launched")
+            db.execute("DELETE FROM workers WHERE job = ?", (name,))
+            db.executemany(
+                "INSERT INTO workers VALUES (?, ?, ?, ?, ?, ?)",
+                [(name, w.rank, w.node, w.pid, w.host, w.start_ticks) for w in workers],
+            )
+            db.execute(
+                "UPDATE jobs SET status = 'running', allocation = ?, updated_at = ?, restarts = restarts + ? "
+                "WHERE name = ?",
+                (json.dumps(list(allocation)), now, int(restart), name),
+            )
+            if current != "running":
+                db.execute("INSERT INTO status_history VALUES (?, ?, 'running', ?)", (name, now, "launched"))
+            self._event(db, now, name, "allocation", {"allocation": list(allocation), "restart": restart})
+
+    def record_exit(self, name: str, status: str, now: float, reason: str, error: str | None = None) -> None:
+        """A worker group is gone: the job holds no GPUs and no workers, and moves to `status`, atomically."""
+        if status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+        with self.transaction() as db:
+            current = self._status(db, name)
+            db.execute("DELETE FROM workers WHERE job = ?", (name,))
+            db.execute(
+                "UPDATE jobs SET status = ?, allocation = '[]', updated_at = ?, last_error = COALESCE(?, last_error) "
+                "WHERE name = ?",
+                (status, now, error, name),
+            )
+            db.execute("INSERT INTO status_history VALUES (?, ?, ?, ?)", (name, now, status, reason))
+            self._event(db, now, name, "allocation", {"allocation": [], "restart": False})
+            self._event(db, now, name, "status", {"from": current, "to": status, "reason": reason})
+
+    def workers(self, name: str | None = None) -> list[tuple[str, WorkerInfo]]:
+        """Recorded live workers (job, worker), of one job or of all."""
+        query, args = "SELECT * FROM workers ORDER BY job, rank", ()
+        if name is not None:
+            query, args = "SELECT * FROM workers WHERE job = ? ORDER BY rank", (name,)
+        with self._lock:
+            rows = self._db.execute(query, args).fetchall()
+        return [(r["job"], WorkerInfo(r["rank"], r["node"], r["pid"], r["host"], r["start_ticks"])) for r in rows]
+
+    def attained_service(self, name: str, now: float) -> float:
+        """GPU-seconds the job has held so far, from its allocation events (Tiresias' 2D attained service)."""
+        total, since, gpus = 0.0, 0.0, 0
+        for event in self.events(name):
+            if event["kind"] != "allocation":
+                continue
+            total += gpus * (event["at"] - since)
+            since, gpus = event["at"], sum(event["allocation"])
+        return total + gpus * max(now - since, 0.0)
 
     # -- reports, history, events ---------------------------------------------------------------------------
     def record_report(self, name: str, report: dict[str, Any], now: float) -> None:

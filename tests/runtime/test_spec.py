@@ -59,7 +59,8 @@ def test_a_command_string_is_split_like_a_shell(spec_dir):
         ({"max_gpus": 0}, "max_gpus"),
         ({"adaptive": "yes"}, "adaptive"),
         ({"priority": 1.5}, "priority"),
-        ({"gpus": 4}, "gpus"),
+        ({"gpus": 100}, "gpus"),
+        ({"gpu_count": 4}, "gpu_count"),
     ],
 )
 def test_each_bad_field_is_named_in_the_error(spec_dir, change, field):

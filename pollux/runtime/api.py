@@ -1,0 +1,290 @@
+"""The service's HTTP API (JSON over HTTP/1.1, standard library only) and the client the CLI uses.
+
+Every request carries `Authorization: Bearer <token>`; the token is a random secret in `<state_dir>/token`, created
+with mode 0600, so only the user who started the service (and root) can drive it. The server binds 127.0.0.1 unless
+told otherwise. Routes:
+
+    GET  /v1/health                     service, backend, policy, cluster
+    GET  /v1/jobs                       every job, one row each (what `pollux ls` prints)
+    POST /v1/jobs                       {"spec": TOML text, "source": file name, "base": folder} -> the new job
+    GET  /v1/jobs/NAME                  the job's row, status history, last report
+    GET  /v1/jobs/NAME/logs?offset=N    log text from byte N, and the next offset
+    POST /v1/jobs/NAME/cancel           stop it for good (it checkpoints first)
+    POST /v1/shutdown                   stop the service; jobs checkpoint and resume at the next `pollux up`
+
+Errors come back as {"error": one line} with 400 (bad input), 401 (token), 404 (unknown job or route) or 500 (a bug,
+logged; the service keeps running).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import os
+import secrets
+import threading
+import time
+import urllib.error
+import urllib.request
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from pollux.cluster import placement
+from pollux.errors import PolluxError, ServiceError, UnknownJobError
+from pollux.runtime.service import Service
+from pollux.runtime.spec import loads_spec
+from pollux.runtime.store import JobState
+
+LOG = logging.getLogger("pollux.runtime.api")
+TOKEN_FILE = "token"
+ENDPOINT_FILE = "endpoint.json"
+MAX_BODY = 1 << 20
+MAX_LOG_CHUNK = 1 << 20
+
+
+def ensure_token(state_dir: Path) -> str:
+    """The service's secret, created once with mode 0600 (a wider mode is tightened, not trusted silently)."""
+    path = state_dir / TOKEN_FILE
+    state_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        if path.stat().st_mode & 0o077:
+            LOG.warning("%s was readable by others; setting its mode to 0600", path)
+            path.chmod(0o600)
+        return path.read_text(encoding="utf-8").strip()
+    token = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(token + "\n")
+    return token
+
+
+def job_row(service: Service, state: JobState, now: float) -> dict[str, Any]:
+    """One job as `pollux ls` shows it."""
+    report = service.report(state.name)
+    goodput = None
+    if report is not None and (fn := report.goodput_function()) is not None and report.batch.num_replicas > 0:
+        best = fn.optimize(
+            report.batch.num_nodes,
+            report.batch.num_replicas,
+            report.max_batch_size,
+            report.local_bsz_bounds,
+            accumulation=report.gradient_accumulation,
+        )
+        goodput = float(best.goodput)
+    return {
+        "name": state.name,
+        "status": state.status,
+        "gpus": sum(state.allocation),
+        "placement": list(placement(tuple(state.allocation))),
+        "batch_size": report.batch.total_batch_size if report else None,
+        "epoch": report.progress.epoch if report else None,
+        "goodput": goodput,
+        "restarts": state.restarts,
+        "attempts": state.attempts,
+        "submitted_at": state.submitted_at,
+        "age_s": max(now - state.submitted_at, 0.0),
+        "reason": service.reason(state.name) if state.status == "pending" else "",
+        "last_error": state.last_error,
+    }
+
+
+class ApiServer:
+    """Serves one `Service` on a background thread."""
+
+    def __init__(self, service: Service, token: str, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.service = service
+        self.token = token
+        handler = type("Handler", (_Handler,), {"api": self})
+        self.httpd = ThreadingHTTPServer((host, port), handler)
+        self.httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="pollux-api", daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    # -- routes -----------------------------------------------------------------------------------------------
+    def handle(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> tuple[int, Any]:
+        service = self.service
+        now = service.clock()
+        parts = [unquote(p) for p in path.strip("/").split("/")]
+        if parts[:1] != ["v1"]:
+            return HTTPStatus.NOT_FOUND, {"error": f"no route {path}; routes start with /v1/"}
+        route = parts[1:]
+        if method == "GET" and route == ["health"]:
+            cluster = service.launcher.cluster
+            return HTTPStatus.OK, {
+                "ok": True,
+                "pid": os.getpid(),
+                "policy": service.config.policy,
+                "backend": type(service.launcher).__name__,
+                "nodes": cluster.num_nodes,
+                "gpus_per_node": cluster.gpus_per_node,
+                "rounds": service.rounds,
+            }
+        if method == "GET" and route == ["jobs"]:
+            return HTTPStatus.OK, {"jobs": [job_row(service, s, now) for s in service.store.jobs()]}
+        if method == "POST" and route == ["jobs"]:
+            if not isinstance(body, dict) or not isinstance(body.get("spec"), str):
+                return HTTPStatus.BAD_REQUEST, {"error": "body must be JSON with 'spec' (TOML text)"}
+            base = Path(body.get("base") or Path.cwd())
+            spec = loads_spec(body["spec"], str(body.get("source") or "<spec>"), base)
+            state = service.submit(spec)
+            return HTTPStatus.CREATED, job_row(service, state, now)
+        if len(route) >= 2 and route[0] == "jobs":
+            state = service.store.job(route[1])
+            if method == "GET" and len(route) == 2:
+                report = service.store.report(state.name)
+                return HTTPStatus.OK, {
+                    **job_row(service, state, now),
+                    "history": [{"at": at, "status": s, "reason": r} for at, s, r in service.store.history(state.name)],
+                    "report": report,
+                }
+            if method == "GET" and route[2:] == ["logs"]:
+                offset = int(query.get("offset", ["0"])[0])
+                return HTTPStatus.OK, self._logs(state.name, offset)
+            if method == "POST" and route[2:] == ["cancel"]:
+                service.cancel(state.name)
+                return HTTPStatus.OK, job_row(service, service.store.job(state.name), now)
+        if method == "POST" and route == ["shutdown"]:
+            service.request_shutdown()
+            return HTTPStatus.ACCEPTED, {"ok": True}
+        return HTTPStatus.NOT_FOUND, {"error": f"no route {method} {path}"}
+
+    def _logs(self, name: str, offset: int) -> dict[str, Any]:
+        path = self.service.config.log_path(name)
+        try:
+            with path.open("rb") as handle:
+                handle.seek(max(offset, 0))
+                data = handle.read(MAX_LOG_CHUNK)
+        except FileNotFoundError:
+            data = b""
+        return {"text": data.decode("utf-8", errors="replace"), "offset": max(offset, 0) + len(data)}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    api: ApiServer
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def _dispatch(self, method: str) -> None:
+        url = urlsplit(self.path)
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(min(length, MAX_BODY)) if length else b""
+        given = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        if not given or not hmac.compare_digest(given.encode(), self.api.token.encode()):
+            token_path = self.api.service.config.state_dir / TOKEN_FILE
+            self._send(HTTPStatus.UNAUTHORIZED, {"error": f"missing or wrong token: send the one in {token_path}"})
+            return
+        try:
+            body = json.loads(raw) if raw else None
+            status, payload = self.api.handle(method, url.path, parse_qs(url.query), body)
+        except UnknownJobError as error:
+            status, payload = HTTPStatus.NOT_FOUND, {"error": str(error)}
+        except (PolluxError, ValueError) as error:
+            status, payload = HTTPStatus.BAD_REQUEST, {"error": str(error)}
+        except Exception as error:  # a bug: log it, answer, keep serving
+            LOG.exception("API request %s %s failed", method, url.path)
+            status, payload = HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {type(error).__name__}"}
+        self._send(status, payload)
+
+    def _send(self, status: int, payload: Any) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        LOG.debug("%s " + format, self.address_string(), *args)
+
+
+def write_endpoint(state_dir: Path, url: str) -> None:
+    """Tell clients where the service listens (atomic: a reader never sees half a file)."""
+    path = state_dir / ENDPOINT_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"url": url, "pid": os.getpid(), "started_at": time.time()}), encoding="utf-8")
+    tmp.replace(path)
+
+
+class Client:
+    """The CLI's side of the API; every failure is a `ServiceError` with a one-line reason."""
+
+    def __init__(self, state_dir: Path, timeout_s: float = 30.0) -> None:
+        self.state_dir = state_dir
+        self.timeout_s = timeout_s
+        try:
+            endpoint = json.loads((state_dir / ENDPOINT_FILE).read_text(encoding="utf-8"))
+            self.url = str(endpoint["url"])
+            self.token = (state_dir / TOKEN_FILE).read_text(encoding="utf-8").strip()
+        except (FileNotFoundError, KeyError, json.JSONDecodeError):
+            raise ServiceError(
+                f"no Pollux scheduler found in {state_dir}: start one with `pollux up` (or pass the same --state-dir)"
+            ) from None
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.url + path, data=data, method=method)
+        request.add_header("Authorization", f"Bearer {self.token}")
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as error:
+            try:
+                message = json.loads(error.read()).get("error", error.reason)
+            except (json.JSONDecodeError, AttributeError):
+                message = error.reason
+            raise ServiceError(str(message)) from None
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
+            raise ServiceError(
+                f"the scheduler at {self.url} does not answer ({error}); is `pollux up` running? "
+                f"(state dir {self.state_dir})"
+            ) from None
+
+    def health(self) -> dict[str, Any]:
+        return self.request("GET", "/v1/health")
+
+    def submit(self, spec_path: Path) -> dict[str, Any]:
+        try:
+            text = spec_path.read_text(encoding="utf-8")
+        except (FileNotFoundError, UnicodeDecodeError) as error:
+            raise ServiceError(f"{spec_path}: cannot read the spec ({error})") from None
+        body = {"spec": text, "source": str(spec_path), "base": str(spec_path.resolve().parent)}
+        return self.request("POST", "/v1/jobs", body)
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/v1/jobs")["jobs"]
+
+    def job(self, name: str) -> dict[str, Any]:
+        return self.request("GET", f"/v1/jobs/{name}")
+
+    def logs(self, name: str, offset: int = 0) -> tuple[str, int]:
+        reply = self.request("GET", f"/v1/jobs/{name}/logs?offset={offset}")
+        return reply["text"], reply["offset"]
+
+    def cancel(self, name: str) -> dict[str, Any]:
+        return self.request("POST", f"/v1/jobs/{name}/cancel")
+
+    def shutdown(self) -> None:
+        self.request("POST", "/v1/shutdown")

@@ -1,0 +1,282 @@
+"""`pollux up | submit | ls | logs | cancel | down`: run the scheduler service and talk to it.
+
+The service and its clients meet in a state directory (`--state-dir`, else `$POLLUX_STATE_DIR`, else
+`$XDG_STATE_HOME/pollux` = `~/.local/state/pollux`): the SQLite state, the token (0600), the endpoint, per-job logs,
+reports and (by default) checkpoints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import ipaddress
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, TextIO
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pollux.errors import ServiceError
+
+StateDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--state-dir", help="Where the service keeps its state (else POLLUX_STATE_DIR, ~/.local/state/pollux)."
+    ),
+]
+
+
+class BackendName(StrEnum):
+    local = "local"
+    ray = "ray"
+
+
+def state_dir_of(option: Path | None) -> Path:
+    """The state directory: the option, the environment, or the XDG default."""
+    if option is not None:
+        return option.expanduser().resolve()
+    if os.environ.get("POLLUX_STATE_DIR"):
+        return Path(os.environ["POLLUX_STATE_DIR"]).expanduser().resolve()
+    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return (base / "pollux").resolve()
+
+
+@contextlib.contextmanager
+def exclusive(state_dir: Path) -> Iterator[None]:
+    """Hold the state directory for one service process (released by the kernel even on kill -9)."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    handle: TextIO = (state_dir / "service.lock").open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise ServiceError(
+            f"a Pollux scheduler already runs on {state_dir}; stop it with `pollux down` or use another --state-dir"
+        ) from None
+    try:
+        yield
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+
+
+def _check_bind(host: str, allow_remote: bool) -> None:
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not allow_remote:
+        raise ServiceError(
+            f"--host {host} would expose the scheduler beyond this machine; add --allow-remote if that is intended "
+            "(the token still guards every request)"
+        )
+
+
+def up(
+    backend: Annotated[BackendName, typer.Option(help="Where workers run: local processes or a Ray cluster.")] = (
+        BackendName.local
+    ),
+    slots: Annotated[
+        int | None, typer.Option(help="Local backend: GPU/CPU slots (default: the GPUs, else CPU cores).")
+    ] = None,
+    policy: Annotated[
+        str, typer.Option(help="Scheduling policy: pollux, fifo, tiresias, tiresias-gittins, optimus.")
+    ] = ("pollux"),
+    interval: Annotated[float, typer.Option(help="Seconds between scheduling rounds.")] = 60.0,
+    restart_delay: Annotated[float, typer.Option(help="Seconds a restart costs a job (Pollux's δ).")] = 30.0,
+    stop_grace: Annotated[float, typer.Option(help="Seconds a stopping job may take to checkpoint.")] = 60.0,
+    max_attempts: Annotated[int, typer.Option(help="Crashed launches before a job fails.")] = 3,
+    backoff: Annotated[float, typer.Option(help="Seconds before the first retry of a crashed job (doubles).")] = 5.0,
+    host: Annotated[str, typer.Option(help="Address the API binds.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="API port (0: any free port; clients find it in the state dir).")] = 0,
+    allow_remote: Annotated[bool, typer.Option(help="Allow binding a non-loopback address.")] = False,
+    ray_address: Annotated[str | None, typer.Option(help="Ray backend: cluster address (e.g. auto).")] = None,
+    gpu_resource: Annotated[str, typer.Option(help="Ray backend: the resource that counts as a GPU.")] = "GPU",
+    state_dir: StateDirOption = None,
+) -> None:
+    """Run the scheduler service in the foreground until `pollux down` (or Ctrl-C): jobs checkpoint on the way out."""
+    from pollux.runtime.api import ApiServer, ensure_token, write_endpoint
+    from pollux.runtime.service import Service, ServiceConfig
+
+    _check_bind(host, allow_remote)
+    directory = state_dir_of(state_dir)
+    with exclusive(directory):
+        _log_to(directory / "scheduler.log")
+        config = ServiceConfig(
+            state_dir=directory,
+            policy=policy,
+            interval_s=interval,
+            restart_delay_s=restart_delay,
+            stop_grace_s=stop_grace,
+            max_attempts=max_attempts,
+            backoff_s=backoff,
+        )
+        launcher = _launcher(backend, slots, ray_address, gpu_resource, stop_grace)
+        try:
+            service = Service(config, launcher)
+            api = ApiServer(service, ensure_token(directory), host, port)
+        except BaseException:
+            launcher.shutdown()
+            raise
+        api.start()
+        write_endpoint(directory, api.url)
+        cluster = launcher.cluster
+        Console(stderr=True).print(
+            f"Pollux scheduler at {api.url}: policy {policy}, {backend.value} backend, {cluster.num_nodes} node(s) x "
+            f"{cluster.gpus_per_node} slot(s); state in {directory}",
+            highlight=False,
+        )
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: service.request_shutdown())
+        try:
+            service.run()
+        finally:
+            api.close()
+            (directory / "endpoint.json").unlink(missing_ok=True)
+            launcher.shutdown()
+
+
+def _launcher(backend: BackendName, slots: int | None, ray_address: str | None, resource: str, grace: float) -> Any:
+    if backend is BackendName.ray:
+        from pollux.runtime.ray_launcher import RayLauncher
+
+        return RayLauncher(ray_address, gpu_resource=resource, stop_grace_s=grace)
+    from pollux.runtime.local import LocalLauncher
+
+    return LocalLauncher(slots, stop_grace_s=grace)
+
+
+def _log_to(path: Path) -> None:
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    stream = logging.StreamHandler(sys.stderr)
+    stream.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    root = logging.getLogger("pollux")
+    root.setLevel(logging.INFO)
+    root.addHandler(handler)
+    root.addHandler(stream)
+
+
+def _client(state_dir: Path | None) -> Any:
+    from pollux.runtime.api import Client
+
+    return Client(state_dir_of(state_dir))
+
+
+def submit(
+    spec: Annotated[Path, typer.Argument(help="A TOML job spec (see pollux/runtime/spec.py).")],
+    state_dir: StateDirOption = None,
+) -> None:
+    """Submit a job; a bad spec is refused with the field and the fix."""
+    row = _client(state_dir).submit(spec)
+    Console().print(f"submitted {row['name']} ({row['status']})", highlight=False)
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def ls(
+    job: Annotated[str | None, typer.Argument(help="Show this job's status history instead of the table.")] = None,
+    state_dir: StateDirOption = None,
+) -> None:
+    """List jobs: status, GPUs and placement, batch size, goodput, restarts, age (or one job's history)."""
+    client = _client(state_dir)
+    console = Console()
+    if job is not None:
+        detail = client.job(job)
+        table = Table(title=f"{job}: {detail['status']}, {detail['restarts']} restart(s)")
+        for column in ("at", "status", "reason"):
+            table.add_column(column)
+        for entry in detail["history"]:
+            table.add_row(time.strftime("%H:%M:%S", time.localtime(entry["at"])), entry["status"], entry["reason"])
+        console.print(table)
+        if detail.get("last_error"):
+            console.print(f"last error:\n{detail['last_error']}", highlight=False)
+        return
+    table = Table()
+    for column in ("job", "status", "GPUs", "placement", "batch", "epoch", "goodput", "restarts", "age", "note"):
+        table.add_column(column, justify="left" if column in ("job", "status", "note") else "right")
+    for row in client.jobs():
+        table.add_row(
+            row["name"],
+            row["status"],
+            str(row["gpus"]),
+            "x".join(map(str, row["placement"])) or "-",
+            "-" if row["batch_size"] is None else str(row["batch_size"]),
+            "-" if row["epoch"] is None else str(row["epoch"]),
+            "-" if row["goodput"] is None else f"{row['goodput']:.1f}",
+            str(row["restarts"]),
+            _age(row["age_s"]),
+            row["reason"] or (row["last_error"] or "").split("\n")[0],
+        )
+    console.print(table)
+
+
+def logs(
+    job: Annotated[str, typer.Argument(help="Job name.")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
+    state_dir: StateDirOption = None,
+) -> None:
+    """Print a job's log (every worker's lines, prefixed with its rank)."""
+    client = _client(state_dir)
+    offset = 0
+    while True:
+        text, offset = client.logs(job, offset)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        if not follow:
+            return
+        if not text:
+            if client.job(job)["status"] in ("completed", "failed", "cancelled"):
+                text, offset = client.logs(job, offset)
+                sys.stdout.write(text)
+                return
+            time.sleep(1.0)
+
+
+def cancel(job: Annotated[str, typer.Argument(help="Job name.")], state_dir: StateDirOption = None) -> None:
+    """Stop a job for good (it checkpoints first)."""
+    client = _client(state_dir)
+    client.cancel(job)
+    deadline = time.monotonic() + 600
+    while client.job(job)["status"] not in ("completed", "failed", "cancelled") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    Console().print(f"{job}: {client.job(job)['status']}", highlight=False)
+
+
+def down(
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the jobs to checkpoint and stop.")] = 600.0,
+    state_dir: StateDirOption = None,
+) -> None:
+    """Stop the service gracefully: every running job checkpoints, and resumes at the next `pollux up`."""
+    client = _client(state_dir)
+    client.shutdown()
+    console = Console(stderr=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            client.health()
+        except ServiceError:
+            console.print("scheduler stopped", highlight=False)
+            return
+        time.sleep(0.5)
+    raise ServiceError(f"the scheduler did not stop within {timeout:.0f} s; its log: {client.state_dir}/scheduler.log")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the runtime's commands to the `pollux` application."""
+    for command in (up, submit, ls, logs, cancel, down):
+        app.command(command.__name__)(command)

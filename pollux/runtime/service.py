@@ -1,0 +1,454 @@
+"""The scheduler service: the simulator's engine, a real clock, a launcher and a durable store.
+
+Every round (`interval_s`, or sooner when a job arrives, finishes, crashes or is cancelled) the service reads the
+jobs' agent reports, builds the policy's `JobView`s, and runs the same `pollux.engine.Scheduler` as the simulator;
+the decisions it returns are carried out by a `Launcher` (local processes or Ray actors): SIGTERM, wait for the
+checkpoint, relaunch at the new size. Between rounds it watches the worker groups: a finished group completes its
+job, a crashed one is retried from its checkpoint with exponential back-off, up to `max_attempts`, then fails with
+its log tail.
+
+Durability: every transition is one transaction in the `StateStore`. On start, jobs the store says were running
+belong to a previous scheduler process that died: their recorded workers are reaped (they also got SIGTERM from
+PDEATHSIG when it died, and checkpointed), and the jobs wait for the first round to be relaunched from their
+checkpoints. Nothing is lost and no job ever has two worker groups.
+
+Threads: all launcher calls happen on the one thread that runs `run()` (worker processes are bound to it by
+PDEATHSIG); the HTTP API's threads only read the store and queue requests for that thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pollux.agent.report import JobReport, read_report
+from pollux.cluster import Allocation, Cluster, num_gpus
+from pollux.engine import Decision, Scheduler
+from pollux.errors import LaunchError, ReportError, SpecError, UnknownJobError
+from pollux.policies.base import JobView, Policy
+from pollux.policies.registry import policy_class
+from pollux.runtime.launcher import EXIT_STOPPED, Launcher, LaunchRequest
+from pollux.runtime.spec import JobSpec
+from pollux.runtime.store import FINAL, JobState, StateStore
+
+LOG = logging.getLogger("pollux.runtime")
+MAX_EXPLORED_GPUS = 64  # the simulator's bound on how far an adaptive job may grow (DESIGN.md)
+LOG_TAIL_LINES = 20
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """How the service schedules and how patient it is with jobs."""
+
+    state_dir: Path
+    policy: str = "pollux"
+    interval_s: float = 60.0  # seconds between rounds when nothing happens
+    restart_delay_s: float = 30.0  # δ of Pollux's re-allocation factor: what a restart costs a job
+    stop_grace_s: float = 60.0  # after SIGTERM, how long a job may take to checkpoint before SIGKILL
+    max_attempts: int = 3  # crashed launches before a job is marked failed
+    backoff_s: float = 5.0  # wait before the first retry of a crashed job; doubles per crash
+    tick_s: float = 0.25  # how often worker groups and reports are polled
+
+    @property
+    def database(self) -> Path:
+        return self.state_dir / "state.db"
+
+    def job_dir(self, name: str) -> Path:
+        return self.state_dir / "jobs" / name
+
+    def log_path(self, name: str) -> Path:
+        return self.job_dir(name) / "log.txt"
+
+    def report_path(self, name: str) -> Path:
+        return self.job_dir(name) / "report.json"
+
+
+def make_runtime_policy(name: str, restart_delay_s: float = 30.0) -> Policy:
+    """The named policy, configured for real jobs (no simulator-only knowledge)."""
+    cls = policy_class(name)
+    if cls.decides_batch_size:
+        raise SpecError(
+            f"policy {name!r} chooses batch sizes for the jobs, which the runtime's agent takes from its own goodput "
+            "model; use pollux, fifo, tiresias, tiresias-gittins or optimus"
+        )
+    options: dict[str, Any] = {}
+    if name == "pollux":
+        options["restart_delay_s"] = restart_delay_s
+    if "gittins_service_samples" in cls.simulator_inputs:
+        from pollux.sim.run import philly_service_samples
+
+        options["gittins_service_samples"] = philly_service_samples()
+    return cls(**options)
+
+
+def job_view(
+    spec: JobSpec, state: JobState, report: JobReport | None, cluster: Cluster, service_gpu_s: float
+) -> JobView:
+    """What the policy may know about a real job: its spec, where it runs, and what its agent last reported."""
+    init_bsz = report.init_batch_size if report else spec.init_batch_size
+    max_bsz = report.max_batch_size if report else spec.max_batch_size
+    bounds = report.local_bsz_bounds if report else spec.local_bsz_bounds
+    allocation = tuple(state.allocation) if state.allocation else cluster.empty()
+    if spec.adaptive:
+        explored = report.max_replicas_seen if report else 0
+        bound = min(max(2 * explored, 1), MAX_EXPLORED_GPUS, max(max_bsz // bounds[0], 1))
+    else:
+        bound = max(init_bsz // bounds[0], 1)
+    max_gpus = max(min(bound, spec.max_gpus, cluster.num_gpus), spec.min_gpus, 1)
+    return JobView(
+        name=spec.name,
+        application=spec.name,
+        submit_time_s=state.submitted_at,
+        allocation=allocation,
+        num_restarts=state.restarts,
+        attained_service_gpu_s=service_gpu_s,
+        requested_gpus=min(spec.gpus, cluster.num_gpus),
+        max_gpus=max_gpus,
+        init_batch_size=init_bsz,
+        max_batch_size=max_bsz,
+        local_bsz_bounds=bounds,
+        batch_size=None if spec.adaptive else init_bsz,
+        min_gpus=spec.min_gpus,
+        throughput_params=report.throughput_params if report else None,
+        grad_stats=report.grad_stats if report else None,
+    )
+
+
+@dataclass
+class _Runtime:
+    """What the loop thread knows about a job beyond the store (rebuilt after a restart)."""
+
+    not_before: float = 0.0  # crash back-off: not relaunched before this time
+    report_mtime: float = 0.0
+    report: JobReport | None = None
+    reason: str = ""  # why it waits, from the last round
+
+
+@dataclass
+class _Requests:
+    """Work the API threads hand to the loop thread."""
+
+    cancel: set[str] = field(default_factory=set)
+    shutdown: bool = False
+    wake: bool = False
+
+
+class Service:
+    """Runs the scheduling loop over a launcher; the API calls the public methods from any thread."""
+
+    def __init__(self, config: ServiceConfig, launcher: Launcher, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.launcher = launcher
+        self.clock = clock
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+        self.store = StateStore(config.database)
+        self.policy = make_runtime_policy(config.policy, config.restart_delay_s)
+        avoid = bool(getattr(self.policy, "avoid_interference", False))
+        self.scheduler = Scheduler(self.policy, _Backend(self), avoid_sharing=avoid)
+        self._runtime: dict[str, _Runtime] = {}
+        self._requests = _Requests()
+        self._cond = threading.Condition()
+        self._stopped = threading.Event()
+        self.rounds = 0
+
+    # -- API side (any thread) --------------------------------------------------------------------------------
+    def submit(self, spec: JobSpec) -> JobState:
+        """Record a new job; the next round (started now) considers it."""
+        if spec.min_gpus > self.launcher.cluster.num_gpus:
+            raise SpecError(
+                f"job {spec.name!r}: field 'min_gpus' {spec.min_gpus} exceeds the {self.launcher.cluster.num_gpus} "
+                "GPUs of this cluster; lower min_gpus"
+            )
+        state = self.store.add_job(spec, self.clock())
+        self._wake()
+        return state
+
+    def cancel(self, name: str) -> JobState:
+        """Stop a job for good (its workers checkpoint first); a finished job stays as it is."""
+        state = self.store.job(name)
+        if state.status not in FINAL:
+            with self._cond:
+                self._requests.cancel.add(name)
+                self._requests.wake = True
+                self._cond.notify_all()
+        return state
+
+    def request_shutdown(self) -> None:
+        """Stop the loop: running jobs checkpoint and wait, pending, for the next `pollux up`."""
+        with self._cond:
+            self._requests.shutdown = True
+            self._cond.notify_all()
+
+    def wait_stopped(self, timeout: float | None = None) -> bool:
+        return self._stopped.wait(timeout)
+
+    def reason(self, name: str) -> str:
+        runtime = self._runtime.get(name)
+        return runtime.reason if runtime else ""
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._requests.wake = True
+            self._cond.notify_all()
+
+    # -- the loop (one thread) --------------------------------------------------------------------------------
+    def run(self) -> None:
+        """Recover, then schedule and watch until a shutdown is requested; then stop every job gracefully."""
+        try:
+            self.recover()
+            next_round = 0.0
+            while True:
+                with self._cond:
+                    requests, self._requests = self._requests, _Requests(shutdown=self._requests.shutdown)
+                if requests.shutdown:
+                    break
+                now = self.clock()
+                for name in sorted(requests.cancel):
+                    self._cancel(name, now)
+                changed = self.watch(now)
+                if changed or requests.wake or requests.cancel or now >= next_round:
+                    self.schedule(self.clock())
+                    next_round = self.clock() + self.config.interval_s
+                with self._cond:
+                    if not (self._requests.wake or self._requests.shutdown or self._requests.cancel):
+                        self._cond.wait(self.config.tick_s)
+            self._stop_all("scheduler shut down; resumes at the next `pollux up`")
+        finally:
+            self.store.close()
+            self._stopped.set()
+
+    def recover(self) -> None:
+        """Reap the workers of a scheduler process that died and put its jobs back in the queue."""
+        now = self.clock()
+        stray = [worker for _, worker in self.store.workers()]
+        alive = self.launcher.reap(stray) if stray else 0
+        for state in self.store.jobs(include_finished=False):
+            self._runtime.setdefault(state.name, _Runtime())
+            if state.status in ("running", "stopping"):
+                self.store.record_exit(
+                    state.name, "pending", now, f"scheduler restarted; {alive} stray worker(s) stopped; resumes"
+                )
+            elif state.attempts:
+                # a crashed job keeps its back-off across restarts of the scheduler
+                self._runtime[state.name].not_before = state.updated_at + self._backoff(state.attempts)
+        if stray:
+            LOG.info("recovered: %d recorded worker(s), %d still alive and stopped", len(stray), alive)
+
+    def schedule(self, now: float) -> None:
+        """One round of the policy; decisions are applied by `_Backend.apply`."""
+        self._read_reports(now)
+        result = self.scheduler.step(now)
+        self.rounds += 1
+        for name, runtime in self._runtime.items():
+            runtime.reason = result.reasons.get(name, "")
+
+    def watch(self, now: float) -> bool:
+        """Handle worker groups that exited; True if any did (the next round should come early)."""
+        changed = False
+        for state in self.store.jobs(include_finished=False):
+            if state.status != "running":
+                continue
+            try:
+                code = self.launcher.poll(state.name)
+            except UnknownJobError:
+                code = EXIT_STOPPED  # the launcher lost it (cannot happen after recover): relaunch it
+            if code is None:
+                continue
+            self._read_report(state.name, now)
+            self.launcher.forget(state.name)
+            self._exited(state, code, now)
+            changed = True
+        self._read_reports(now)
+        return changed
+
+    # -- transitions ------------------------------------------------------------------------------------------
+    def _exited(self, state: JobState, code: int, now: float, requested: str = "") -> None:
+        """Record why a group is gone; `requested` says why the scheduler stopped it (empty: it was not asked)."""
+        name = state.name
+        if code == 0:
+            self.store.record_exit(name, "completed", now, "training script finished")
+        elif code == EXIT_STOPPED or requested:
+            self.store.record_exit(name, "pending", now, requested or "stopped by a SIGTERM from outside the scheduler")
+        else:
+            attempts = self.store.count_attempt(name, now)
+            tail = self._log_tail(name)
+            if attempts >= self.config.max_attempts:
+                self.store.record_exit(
+                    name, "failed", now, f"crashed {attempts} times (exit {code})", error=f"exit {code}\n{tail}"
+                )
+            else:
+                delay = self._backoff(attempts)
+                self._runtime.setdefault(name, _Runtime()).not_before = now + delay
+                self.store.record_exit(
+                    name,
+                    "pending",
+                    now,
+                    f"crashed (exit {code}); retry {attempts}/{self.config.max_attempts - 1} from its checkpoint "
+                    f"in {delay:.0f} s",
+                    error=f"exit {code}\n{tail}",
+                )
+        LOG.info("job %s exited with %d", name, code)
+
+    def _backoff(self, attempts: int) -> float:
+        return self.config.backoff_s * 2.0 ** max(attempts - 1, 0)
+
+    def _stop(self, names: Sequence[str]) -> dict[str, int]:
+        """SIGTERM the groups, wait for their checkpoints (SIGKILL past the grace period); their exit codes."""
+        for name in names:
+            self.launcher.stop(name)
+        deadline = time.monotonic() + self.config.stop_grace_s
+        codes: dict[str, int] = {}
+        killed = False
+        while len(codes) < len(names):
+            for name in names:
+                if name not in codes and (code := self.launcher.poll(name)) is not None:
+                    codes[name] = code
+            if len(codes) < len(names):
+                if time.monotonic() > deadline and not killed:
+                    for name in names:
+                        if name not in codes:
+                            LOG.warning("job %s did not stop within %.0f s; killing it", name, self.config.stop_grace_s)
+                            self.launcher.kill(name)
+                    killed = True
+                time.sleep(0.05)
+        for name in names:
+            self.launcher.forget(name)
+        return codes
+
+    def _launch(self, name: str, allocation: Allocation, now: float) -> None:
+        state = self.store.job(name)
+        spec = JobSpec.from_json_dict(state.spec)
+        checkpoint_dir = spec.checkpoint_dir or self.config.job_dir(name) / "checkpoints"
+        request = LaunchRequest(
+            job=name,
+            command=spec.command,
+            allocation=allocation,
+            log_path=self.config.log_path(name),
+            cwd=spec.workdir or Path.cwd(),
+            env={
+                "POLLUX_JOB_NAME": name,
+                "POLLUX_CHECKPOINT_DIR": str(checkpoint_dir),
+                "POLLUX_REPORT_PATH": str(self.config.report_path(name)),
+            },
+        )
+        launched_before = any(status == "running" for _, status, _ in self.store.history(name))
+        try:
+            workers = self.launcher.launch(request)
+        except LaunchError as error:
+            self.store.record_exit(name, "failed", now, "could not launch", error=str(error))
+            LOG.warning("job %s: %s", name, error)
+            return
+        self.store.record_launch(name, allocation, workers, now, restart=launched_before)
+
+    def _cancel(self, name: str, now: float) -> None:
+        state = self.store.job(name)
+        if state.status in FINAL:
+            return
+        if state.status == "running":
+            self._stop([name])
+        self.store.record_exit(name, "cancelled", self.clock(), "cancelled by the user")
+
+    def _stop_all(self, reason: str) -> None:
+        running = [s.name for s in self.store.jobs(include_finished=False) if s.status == "running"]
+        codes = self._stop(running)
+        now = self.clock()
+        for name in running:
+            if codes[name] == 0:
+                self.store.record_exit(name, "completed", now, "training script finished")
+            else:
+                self.store.record_exit(name, "pending", now, reason)
+
+    # -- reports ----------------------------------------------------------------------------------------------
+    def _read_reports(self, now: float) -> None:
+        for state in self.store.jobs(include_finished=False):
+            if state.status == "running":
+                self._read_report(state.name, now)
+
+    def _read_report(self, name: str, now: float) -> None:
+        path = self.config.report_path(name)
+        runtime = self._runtime.setdefault(name, _Runtime())
+        try:
+            mtime = path.stat().st_mtime
+        except FileNotFoundError:
+            return
+        if mtime == runtime.report_mtime:
+            return
+        runtime.report_mtime = mtime
+        try:
+            report = read_report(path)
+        except ReportError as error:
+            LOG.warning("job %s: ignoring its report: %s", name, error)
+            return
+        runtime.report = report
+        self.store.record_report(name, report.to_json_dict(), now)
+
+    def report(self, name: str) -> JobReport | None:
+        """The job's last report: in memory, or from the store after a restart."""
+        runtime = self._runtime.get(name)
+        if runtime is not None and runtime.report is not None:
+            return runtime.report
+        stored = self.store.report(name)
+        if stored is None:
+            return None
+        try:
+            return JobReport.from_json_dict(stored, f"stored report of {name}")
+        except ReportError:
+            return None
+
+    def _log_tail(self, name: str) -> str:
+        try:
+            lines = self.config.log_path(name).read_text(encoding="utf-8", errors="replace").splitlines()
+        except FileNotFoundError:
+            return "(no log)"
+        return "\n".join(lines[-LOG_TAIL_LINES:])
+
+    def close(self) -> None:
+        self.store.close()
+
+
+class _Backend:
+    """The engine's view of the service: job views from the store and reports, decisions through the launcher."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    @property
+    def cluster(self) -> Cluster:
+        return self.service.launcher.cluster
+
+    def job_views(self, now: float) -> list[JobView]:
+        service = self.service
+        views = []
+        for state in service.store.jobs(include_finished=False):
+            runtime = service._runtime.setdefault(state.name, _Runtime())
+            if state.status == "pending" and now < runtime.not_before:
+                runtime.reason = f"crashed; retry in {runtime.not_before - now:.0f} s"
+                continue
+            spec = JobSpec.from_json_dict(state.spec)
+            service_gpu_s = service.store.attained_service(state.name, now)
+            views.append(job_view(spec, state, service.report(state.name), self.cluster, service_gpu_s))
+        return views
+
+    def apply(self, decisions: Sequence[Decision], now: float) -> None:
+        service = self.service
+        moving = {d.job: d for d in decisions if d.kind in ("stop", "resize")}
+        codes = service._stop(list(moving)) if moving else {}
+        for name, code in codes.items():
+            decision = moving[name]
+            why = (
+                f"checkpointed to move to {num_gpus(decision.allocation)} GPU(s)"
+                if decision.kind == "resize"
+                else "preempted after checkpointing"
+            )
+            service._exited(service.store.job(name), code, service.clock(), requested=why)
+        for decision in decisions:
+            if decision.kind == "stop" or num_gpus(decision.allocation) == 0:
+                continue
+            if service.store.job(decision.job).status in FINAL:
+                continue  # it finished while being stopped for a resize
+            service._launch(decision.job, decision.allocation, service.clock())

@@ -1,0 +1,145 @@
+"""The scheduler service in-process, on the local launcher with real worker processes (the counter job)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from runtime_jobs import wait_for, write_spec
+
+from pollux.errors import SpecError, UnknownJobError
+from pollux.runtime.local import LocalLauncher
+from pollux.runtime.service import Service, ServiceConfig
+from pollux.runtime.spec import load_spec
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is not alive
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+class Running:
+    """A service running on a thread, stopped gracefully at the end of the test."""
+
+    def __init__(self, tmp_path: Path, slots: int = 4, policy: str = "fifo", **options: float) -> None:
+        settings = {"interval_s": 0.5, "tick_s": 0.05, "backoff_s": 0.3, "stop_grace_s": 10.0, **options}
+        self.config = ServiceConfig(state_dir=tmp_path / "state", policy=policy, **settings)  # type: ignore[arg-type]
+        self.service = Service(self.config, LocalLauncher(slots, stop_grace_s=5.0))
+        self.thread = threading.Thread(target=self.service.run, daemon=True)
+        self.thread.start()
+
+    def status(self, name: str) -> str:
+        return self.service.store.job(name).status
+
+    def wait_status(self, name: str, *statuses: str, timeout: float = 60.0) -> str:
+        return str(wait_for(lambda: self.status(name) in statuses and self.status(name), timeout, f"{name} {statuses}"))
+
+    def stop(self) -> None:
+        self.service.request_shutdown()
+        assert self.service.wait_stopped(60), "the service did not stop"
+        self.thread.join(10)
+        self.service.launcher.shutdown()
+
+
+@pytest.fixture()
+def running(tmp_path: Path) -> Iterator[Running]:
+    service = Running(tmp_path)
+    yield service
+    service.stop()
+
+
+def starts(service: Running, name: str) -> list[str]:
+    path = service.config.job_dir(name) / "checkpoints" / "starts.txt"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_a_job_runs_to_completion_with_its_history(running, counter_job):
+    running.service.submit(load_spec(write_spec(counter_job.parent, "short", "--steps 10", gpus=2)))
+    running.wait_status("short", "completed")
+    state = running.service.store.job("short")
+    assert [status for _, status, _ in running.service.store.history("short")] == ["pending", "running", "completed"]
+    assert state.allocation == () and not running.service.store.workers("short")
+    log = running.config.log_path("short").read_text()
+    assert "[rank 0] start world=2 step=0" in log and "[rank 1] done" in log
+
+
+def test_a_crashing_job_is_retried_from_its_checkpoint_then_fails_with_its_log(running, counter_job):
+    running.service.submit(load_spec(write_spec(counter_job.parent, "flaky", "--steps 100 --crash-after 5")))
+    running.wait_status("flaky", "failed", timeout=90)
+    state = running.service.store.job("flaky")
+    assert state.attempts == running.config.max_attempts
+    assert "exit 3" in (state.last_error or "") and "crashing on purpose" in (state.last_error or "")
+    # it resumed where it stopped: the first start at step 0, the retries later, never from scratch
+    steps = [int(line.split("step=")[1]) for line in starts(running, "flaky")]
+    assert steps[0] == 0 and len(steps) == running.config.max_attempts
+    assert steps == sorted(steps) and steps[-1] >= 5 * (len(steps) - 1)
+    reasons = [reason for _, status, reason in running.service.store.history("flaky") if status == "pending"]
+    assert any("retry 1/" in reason for reason in reasons)
+
+
+def test_a_killed_worker_makes_the_job_resume_from_its_checkpoint(running, counter_job):
+    running.service.submit(load_spec(write_spec(counter_job.parent, "victim", "--steps 80", gpus=2)))
+    running.wait_status("victim", "running")
+    wait_for(lambda: (running.config.job_dir("victim") / "checkpoints" / "step").exists(), what="first steps")
+    _, worker = running.service.store.workers("victim")[1]
+    os.kill(worker.pid, signal.SIGKILL)
+    running.wait_status("victim", "completed", timeout=90)
+    steps = [int(line.split("step=")[1]) for line in starts(running, "victim")]
+    assert len(steps) == 2 and steps[1] > 0, steps  # restarted once, not from scratch
+    assert "exit 137" in (running.service.store.job("victim").last_error or "")
+
+
+def test_cancel_stops_the_workers_and_a_missing_program_fails_alone(running, counter_job):
+    running.service.submit(load_spec(write_spec(counter_job.parent, "long", "--steps 100000", gpus=2)))
+    spec = write_spec(counter_job.parent, "broken", gpus=1)
+    spec.write_text(spec.read_text().replace('"python counter.py "', '"no-such-program --x"'))
+    running.service.submit(load_spec(spec))
+    running.wait_status("long", "running")
+    pids = [w.pid for _, w in running.service.store.workers("long")]
+    running.wait_status("broken", "failed")
+    assert "no-such-program" in (running.service.store.job("broken").last_error or "")
+    running.service.cancel("long")
+    running.wait_status("long", "cancelled")
+    assert not any(pid_alive(pid) for pid in pids)
+    with pytest.raises(UnknownJobError, match="pollux ls"):
+        running.service.cancel("nobody")
+
+
+def test_jobs_wait_for_free_slots_and_impossible_requests_are_refused(running, counter_job):
+    with pytest.raises(SpecError, match="min_gpus"):
+        running.service.submit(load_spec(write_spec(counter_job.parent, "huge", min_gpus=8, max_gpus=8, gpus=8)))
+    for name in ("a", "b"):
+        running.service.submit(load_spec(write_spec(counter_job.parent, name, "--steps 30", gpus=3)))
+    running.wait_status("a", "running")
+    assert running.status("b") == "pending"  # 3 + 3 > 4 slots: FIFO keeps the second waiting
+    running.wait_status("b", "completed", timeout=90)
+    first_done = running.service.store.history("a")[-1][0]
+    second_start = next(at for at, status, _ in running.service.store.history("b") if status == "running")
+    assert second_start >= first_done
+
+
+def test_shutdown_checkpoints_running_jobs_and_a_new_service_resumes_them(tmp_path, counter_job):
+    first = Running(tmp_path)
+    first.service.submit(load_spec(write_spec(counter_job.parent, "survivor", "--steps 60", gpus=2)))
+    first.wait_status("survivor", "running")
+    wait_for(lambda: (first.config.job_dir("survivor") / "checkpoints" / "step").exists(), what="first steps")
+    first.stop()
+    second = Running(tmp_path)
+    try:
+        second.wait_status("survivor", "completed", timeout=90)
+        history = [(status, reason) for _, status, reason in second.service.store.history("survivor")]
+        assert ("pending", "scheduler shut down; resumes at the next `pollux up`") in history
+        steps = [int(line.split("step=")[1]) for line in starts(second, "survivor")]
+        assert len(steps) == 2 and steps[1] > 0
+    finally:
+        second.stop()
