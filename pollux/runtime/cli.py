@@ -195,6 +195,8 @@ def ls(
     """List jobs: status, GPUs and placement, batch size, goodput, restarts, age (or one job's history)."""
     client = _client(state_dir)
     console = Console()
+    if not console.is_terminal:  # piped into grep or a file: whole rows, never "digit…"
+        console = Console(width=240)
     if job is not None:
         detail = client.job(job)
         table = Table(title=f"{job}: {detail['status']}, {detail['restarts']} restart(s)")

@@ -11,7 +11,7 @@ from pathlib import Path
 # checkpoint folder, checkpoints and exits 143 on SIGTERM, finishes with 0, and can crash on purpose.
 COUNTER_JOB = textwrap.dedent(
     """
-    import argparse, os, pathlib, signal, sys, time
+    import argparse, fcntl, os, pathlib, signal, sys, time
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=40)
@@ -21,6 +21,13 @@ COUNTER_JOB = textwrap.dedent(
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     ckpt = pathlib.Path(os.environ["POLLUX_CHECKPOINT_DIR"])
     ckpt.mkdir(parents=True, exist_ok=True)
+    if rank == 0:  # two live groups of one job would both get here: the second one records it and crashes
+        lock = open(ckpt / "rank0.lock", "w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            (ckpt / "DUPLICATE").write_text(str(os.getpid()))
+            sys.exit(9)
     counter = ckpt / "step"
     step = int(counter.read_text()) if counter.exists() else 0
     stop = False

@@ -1,0 +1,97 @@
+"""The HTTP API and its client against a real service: token, bad input, unknown jobs; the service keeps running."""
+
+from __future__ import annotations
+
+import json
+import stat
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from runtime_jobs import wait_for, write_spec
+
+from pollux.errors import ServiceError
+from pollux.runtime.api import ApiServer, Client, ensure_token, write_endpoint
+from pollux.runtime.local import LocalLauncher
+from pollux.runtime.service import Service, ServiceConfig
+
+
+@pytest.fixture()
+def api(tmp_path: Path) -> Iterator[Client]:
+    config = ServiceConfig(state_dir=tmp_path / "state", policy="fifo", interval_s=0.5, tick_s=0.05)
+    service = Service(config, LocalLauncher(2, stop_grace_s=5.0))
+    server = ApiServer(service, ensure_token(config.state_dir))
+    server.start()
+    write_endpoint(config.state_dir, server.url)
+    loop = threading.Thread(target=service.run, daemon=True)
+    loop.start()
+    yield Client(config.state_dir)
+    service.request_shutdown()
+    assert service.wait_stopped(60)
+    server.close()
+    service.launcher.shutdown()
+
+
+def raw_request(client: Client, path: str, token: str | None) -> tuple[int, dict]:
+    request = urllib.request.Request(client.url + path)
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_the_token_file_is_private_and_every_route_needs_the_token(api):
+    mode = stat.S_IMODE((api.state_dir / "token").stat().st_mode)
+    assert mode == 0o600
+    for token in (None, "wrong"):
+        status, body = raw_request(api, "/v1/jobs", token)
+        assert status == 401 and "token" in body["error"] and str(api.state_dir) in body["error"]
+    assert raw_request(api, "/v1/jobs", api.token)[0] == 200
+    assert api.health()["ok"]
+
+
+def test_bad_specs_and_unknown_jobs_get_clear_errors_and_the_service_keeps_running(api, counter_job):
+    folder = counter_job.parent
+    corrupt = folder / "corrupt.toml"
+    corrupt.write_text('name = "x\ncommand = [')
+    with pytest.raises(ServiceError, match="not valid TOML"):
+        api.submit(corrupt)
+    with pytest.raises(ServiceError, match=r"script 'missing\.py' not found"):
+        spec = write_spec(folder, "nope")
+        spec.write_text(spec.read_text().replace("counter.py", "missing.py"))
+        api.submit(spec)
+    with pytest.raises(ServiceError, match="field 'gpus'"):
+        api.submit(write_spec(folder, "greedy", gpus=100))
+    with pytest.raises(ServiceError, match="no job named 'ghost'"):
+        api.job("ghost")
+    with pytest.raises(ServiceError, match="no job named 'ghost'"):
+        api.cancel("ghost")
+    with pytest.raises(ServiceError, match="cannot read the spec"):
+        api.submit(folder / "absent.toml")
+    assert api.jobs() == []  # nothing half-created
+    row = api.submit(write_spec(folder, "fine", "--steps 10", gpus=2))
+    assert row["name"] == "fine" and row["status"] == "pending"
+    with pytest.raises(ServiceError, match="already used"):
+        api.submit(write_spec(folder, "fine"))
+    wait_for(lambda: api.job("fine")["status"] == "completed", 60, "the good job to complete")
+    detail = api.job("fine")
+    assert [entry["status"] for entry in detail["history"]] == ["pending", "running", "completed"]
+    text, offset = api.logs("fine")
+    assert "[rank 1] done" in text and offset == len(text.encode())
+    assert api.logs("fine", offset) == ("", offset)
+
+
+def test_a_client_without_a_service_says_how_to_start_one(tmp_path):
+    with pytest.raises(ServiceError, match="pollux up"):
+        Client(tmp_path / "empty")
+    (tmp_path / "stale").mkdir()
+    write_endpoint(tmp_path / "stale", "http://127.0.0.1:9")
+    ensure_token(tmp_path / "stale")
+    with pytest.raises(ServiceError, match="does not answer"):
+        Client(tmp_path / "stale", timeout_s=2).jobs()

@@ -1,0 +1,155 @@
+"""End to end on the local backend: `pollux up` as its own process, driven by the CLI; kill -9 and restart it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from runtime_jobs import wait_for, write_spec
+
+from pollux.agent.report import read_report
+from pollux.runtime.store import StateStore
+
+REPO = Path(__file__).resolve().parents[2]
+DIGITS = REPO / "examples" / "digits_mlp.py"
+
+
+def pollux(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "pollux", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"pollux {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+class Up:
+    """`pollux up` in a child process, with its own state dir."""
+
+    def __init__(self, state: Path, *args: str) -> None:
+        self.state = state
+        self.log = (state.parent / f"up-{len(list(state.parent.glob('up-*')))}.log").open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "pollux", "up", "--state-dir", str(state), *args],
+            cwd=REPO,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        wait_for(lambda: (state / "endpoint.json").exists() or self.process.poll() is not None, 60, "pollux up")
+        assert self.process.poll() is None, Path(self.log.name).read_text()
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return pollux(*args, "--state-dir", str(self.state), check=check)
+
+    def down(self) -> None:
+        if self.process.poll() is None:
+            self.cli("down")
+            assert self.process.wait(60) == 0, Path(self.log.name).read_text()
+        self.log.close()
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+
+
+@pytest.fixture()
+def state(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path / "state"
+
+
+def store_of(state: Path) -> StateStore:
+    return StateStore(state / "state.db")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] not in "ZX"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def test_three_example_jobs_grow_shrink_and_complete_under_pollux(tmp_path, state):
+    specs = []
+    for name in ("digits-a", "digits-b", "digits-c"):
+        path = tmp_path / f"{name}.toml"
+        path.write_text(
+            f'name = "{name}"\ncommand = ["python", "{DIGITS}", "--epochs", "40"]\ninit_batch_size = 32\n'
+            "max_batch_size = 512\nlocal_bsz_bounds = [8, 128]\nmax_gpus = 4\n"
+        )
+        specs.append(path)
+    up = Up(state, "--slots", "4", "--interval", "2", "--restart-delay", "1")
+    try:
+        for path in specs:
+            assert "submitted" in up.cli("submit", str(path)).stdout
+        store = store_of(state)
+        wait_for(
+            lambda: all(job.status == "completed" for job in store.jobs()), 300, "the three jobs to complete"
+        )
+        listing = up.cli("ls").stdout
+        assert all(name in listing for name in ("digits-a", "digits-b", "digits-c"))
+        sizes = {}
+        for job in store.jobs():
+            report = read_report(state / "jobs" / job.name / "report.json")
+            assert report.status == "finished" and report.progress.epoch == 40
+            sizes[job.name] = [sum(e["allocation"]) for e in store.events(job.name) if e["kind"] == "allocation"]
+        # the scheduler resized at least one job while it ran: two different nonzero world sizes in a row
+        resized = [name for name, seq in sizes.items() if len({s for s in seq if s}) > 1]
+        assert resized, sizes
+        history = up.cli("ls", resized[0]).stdout
+        assert "checkpointed to move to" in history and "completed" in history
+        store.close()
+    finally:
+        up.down()
+
+
+def test_a_scheduler_killed_with_sigkill_loses_no_job_and_duplicates_no_worker(tmp_path, state, counter_job):
+    names = ("left", "right")
+    specs = [write_spec(counter_job.parent, name, "--steps 200 --step-s 0.04", gpus=2) for name in names]
+    up = Up(state, "--slots", "4", "--policy", "fifo", "--interval", "1")
+    for spec in specs:
+        up.cli("submit", str(spec))
+    store = store_of(state)
+    wait_for(lambda: all(job.status == "running" for job in store.jobs()), 60, "both jobs to run")
+    steps = [state / "jobs" / name / "checkpoints" / "step" for name in names]
+    wait_for(lambda: all(path.exists() for path in steps), 30, "first steps")
+    old_pids = [worker.pid for _, worker in store.workers()]
+    assert len(old_pids) == 4
+    up.kill()
+    # the orphaned workers got SIGTERM from the kernel (PDEATHSIG), checkpointed, and exited
+    wait_for(lambda: not any(pid_alive(pid) for pid in old_pids), 30, "the old workers to exit")
+    second = Up(state, "--slots", "4", "--policy", "fifo", "--interval", "1")
+    try:
+        wait_for(lambda: all(job.status == "completed" for job in store.jobs()), 120, "both jobs to complete")
+        for name, path in zip(names, steps, strict=True):
+            folder = path.parent
+            assert not (folder / "DUPLICATE").exists(), f"{name} had two live worker groups"
+            assert int(path.read_text()) == 200
+            starts = [int(line.split("step=")[1]) for line in (folder / "starts.txt").read_text().splitlines()]
+            assert len(starts) == 2 and starts[0] == 0 and starts[1] > 0, starts
+            reasons = [reason for _, status, reason in store.history(name) if status == "pending"]
+            assert any("scheduler restarted" in reason for reason in reasons)
+        assert not store.workers()
+    finally:
+        store.close()
+        second.down()
+
+
+def test_up_refuses_a_second_service_and_a_public_bind(tmp_path, state):
+    public = pollux("up", "--state-dir", str(state), "--host", "0.0.0.0", check=False)
+    assert public.returncode == 2 and "--allow-remote" in public.stderr
+    up = Up(state, "--slots", "2")
+    try:
+        again = pollux("up", "--state-dir", str(state), "--slots", "2", check=False, timeout=60)
+        assert again.returncode == 2 and "already runs" in again.stderr
+        assert up.process.poll() is None
+        assert "job" in up.cli("ls").stdout
+        nothing = pollux("ls", "--state-dir", str(tmp_path / "elsewhere"), check=False)
+        assert nothing.returncode == 2 and "pollux up" in nothing.stderr
+    finally:
+        up.down()
+    assert os.path.exists(state / "state.db") and not (state / "endpoint.json").exists()
