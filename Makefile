@@ -28,6 +28,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.sched_latency
 	$(BIN)/python -m benchmarks.search_quality
 	$(BIN)/python -m benchmarks.agent_overhead
+	$(BIN)/python -m benchmarks.runtime_overhead
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -154,6 +154,7 @@ class Service:
         self._requests = _Requests()
         self._cond = threading.Condition()
         self._stopped = threading.Event()
+        self._next_round = 0.0
         self.rounds = 0
 
     # -- API side (any thread) --------------------------------------------------------------------------------
@@ -201,19 +202,7 @@ class Service:
         """Recover, then schedule and watch until a shutdown is requested; then stop every job gracefully."""
         try:
             self.recover()
-            next_round = 0.0
-            while True:
-                with self._cond:
-                    requests, self._requests = self._requests, _Requests(shutdown=self._requests.shutdown)
-                if requests.shutdown:
-                    break
-                now = self.clock()
-                for name in sorted(requests.cancel):
-                    self._cancel(name, now)
-                changed = self.watch(now)
-                if changed or requests.wake or requests.cancel or now >= next_round:
-                    self.schedule(self.clock())
-                    next_round = self.clock() + self.config.interval_s
+            while self.step():
                 with self._cond:
                     if not (self._requests.wake or self._requests.shutdown or self._requests.cancel):
                         self._cond.wait(self.config.tick_s)
@@ -221,6 +210,22 @@ class Service:
         finally:
             self.store.close()
             self._stopped.set()
+
+    def step(self) -> bool:
+        """One pass of the loop: queued cancels, exited groups, and a round when one is due or something changed.
+        False once a shutdown was requested."""
+        with self._cond:
+            requests, self._requests = self._requests, _Requests(shutdown=self._requests.shutdown)
+        if requests.shutdown:
+            return False
+        now = self.clock()
+        for name in sorted(requests.cancel):
+            self._cancel(name, now)
+        changed = self.watch(now)
+        if changed or requests.wake or requests.cancel or now >= self._next_round:
+            self.schedule(self.clock())
+            self._next_round = self.clock() + self.config.interval_s
+        return True
 
     def recover(self) -> None:
         """Reap the workers of a scheduler process that died and put its jobs back in the queue."""

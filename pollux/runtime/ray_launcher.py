@@ -1,0 +1,503 @@
+"""The Ray backend's launcher: the GPU nodes of a Ray cluster are the pool, one Ray actor per worker.
+
+A worker group is one placement group with a bundle per GPU, each bundle pinned to its node with a label selector
+on Ray's built-in `ray.io/node-id` label: the reservation is atomic (all or nothing) and lands exactly where the
+policy's allocation says. Inside each bundle an actor starts one rank's training command as a subprocess, wired
+like `torchrun` (`RANK` in node order, then local; `MASTER_ADDR` is the rank-0 node's IP, `MASTER_PORT` a port
+rank 0's actor found free on that node), and copies its output into the job's log, each line prefixed `[rank N] `.
+
+Assumptions and guarantees:
+
+* A shared filesystem: the job's log, checkpoints and report (`POLLUX_*` paths), and its working directory, are
+  the same paths on every node, as any multi-node training expects.
+* The training subprocess dies with its actor (`PR_SET_PDEATHSIG = SIGTERM`): when the scheduler's driver dies,
+  Ray kills its (non-detached) actors, their workers get SIGTERM, checkpoint and exit.
+* An actor that dies under a running worker (its node was lost, it was killed) counts as a crash with code 137
+  (`EXIT_LOST`, "killed"), so the scheduler retries the job from its last checkpoint.
+* GPUs may be Ray's own `GPU` resource (the actor takes `num_gpus=1`, Ray sets `CUDA_VISIBLE_DEVICES`) or a custom
+  resource such as `pollux_gpu`, declared with `ray start --resources='{"pollux_gpu": 4}'`, so that a CPU-only
+  cluster can be scheduled as if it had GPUs (each worker then sees no GPU: `CUDA_VISIBLE_DEVICES=""`).
+
+Ray is imported lazily, so `import pollux.runtime` works without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pollux.cluster import Cluster, num_nodes_used
+from pollux.errors import LaunchError, UnknownJobError
+from pollux.runtime.launcher import EXIT_STOPPED, LaunchRequest, WorkerInfo
+from pollux.runtime.local import _copy_lines, _die_with_parent_hook, exit_code, process_start_ticks
+
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle
+    from ray.util.placement_group import PlacementGroup
+
+LOG = logging.getLogger(__name__)
+
+EXIT_LOST = 137  # a worker whose actor died (node lost, actor killed): reported as if SIGKILLed
+NODE_ID_LABEL = "ray.io/node-id"  # the label Ray gives every node, its hex node id
+_PYTHON_NAMES = ("python", "python3")
+_ACTOR_CALL_TIMEOUT_S = 120.0  # starting a worker actor means starting a Python process on a possibly busy node
+_POLL_TIMEOUT_S = 30.0  # an actor that does not answer a poll this long is taken as still running
+_KILL_WAIT_S = 2.0  # how long an actor waits for its SIGKILLed worker to be collected
+
+
+@dataclass(frozen=True)
+class _Started:
+    """A worker actor's answer to `start`: the subprocess's pid and start time, or why it could not start."""
+
+    pid: int = 0
+    start_ticks: int = 0
+    error: str | None = None
+
+
+class _WorkerActor:
+    """Runs one rank's training command on the node Ray placed this actor on (inside the job's bundle).
+
+    A plain class made a Ray actor by `ray.remote` at launch (Ray stays a lazy import). Ray runs a synchronous
+    actor's methods on its main thread, which lives as long as the actor: the right thread to fork a worker that
+    must die with its parent (PDEATHSIG fires when the forking *thread* ends)."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
+
+    def where(self) -> tuple[str, str]:
+        """This actor's Ray node id and IP address."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+
+    def free_port(self) -> int:
+        """A TCP port free on every interface of this node: rank 0's rendezvous store listens on it."""
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return s.getsockname()[1]
+
+    def start(self, command: Sequence[str], env: Mapping[str, str], cwd: str, log_path: str, rank: int) -> _Started:
+        """Start the worker in its own session, dying with this actor, its output appended to the job's log."""
+        if not os.path.isdir(cwd):
+            return _Started(error=f"working directory {cwd} does not exist on this node (create it or fix the cwd)")
+        full_env = {**os.environ}
+        full_env.setdefault("OMP_NUM_THREADS", "1")
+        full_env["PYTHONUNBUFFERED"] = "1"
+        full_env.update(env)
+        program = _resolve_program(command[0], cwd, full_env.get("PATH"))
+        if program is None:
+            return _Started(
+                error=f"executable {command[0]!r} not found on this node (install it, or give its full path)"
+            )
+        try:
+            Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+            self._proc = subprocess.Popen(
+                [program, *command[1:]],
+                cwd=cwd,
+                env=full_env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent_hook(),
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            return _Started(error=f"cannot start {program!r}: {exc}")
+        self._reader = threading.Thread(
+            target=_copy_lines,
+            args=(self._proc.stdout, Path(log_path), f"[rank {rank}] ".encode(), threading.Lock()),
+            name=f"pollux-log-{rank}",
+            daemon=True,
+        )
+        self._reader.start()
+        return _Started(pid=self._proc.pid, start_ticks=process_start_ticks(self._proc.pid) or 0)
+
+    def poll(self) -> int | None:
+        """None while the worker runs, then its exit code (a signal s as 128 + s), its output flushed to the log."""
+        if self._proc is None or self._proc.poll() is None:
+            return None
+        if self._reader is not None:
+            self._reader.join(1.0)
+        return exit_code(self._proc.returncode)
+
+    def terminate(self) -> None:
+        """SIGTERM the worker (not its session: the agent checkpoints, then ends its own helpers)."""
+        if self._proc is not None and self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.send_signal(signal.SIGTERM)
+
+    def kill(self) -> int | None:
+        """SIGKILL the worker's whole session, helpers included; its exit code once collected."""
+        if self._proc is None:
+            return None
+        if self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(_KILL_WAIT_S)
+        return self.poll()
+
+
+def _resolve_program(program: str, cwd: str, search_path: str | None) -> str | None:
+    """The executable to run, as this node sees it: `python` is the actor's own interpreter (the cluster's
+    environment, with torch and the agent); a path is taken relative to `cwd`; a bare name is looked up on PATH."""
+    if program in _PYTHON_NAMES:
+        return sys.executable
+    if os.sep in program:
+        path = os.path.join(cwd, program)
+        return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+    return shutil.which(program, path=search_path)
+
+
+@dataclass
+class _Group:
+    """One job's placement group, its actors (one per rank) and what is known of their workers."""
+
+    placement_group: PlacementGroup
+    actors: list[ActorHandle]
+    workers: list[WorkerInfo]
+    codes: list[int | None] = field(default_factory=list)
+    crash_code: int | None = None  # the first crash seen: the group's code, whatever its killed siblings report
+    exit_code: int | None = None
+
+    def running(self) -> bool:
+        return any(c is None for c in self.codes)
+
+
+class RayLauncher:
+    """Starts worker groups on the nodes of a Ray cluster that offer `gpu_resource`; see the module docstring.
+
+    The pool is fixed when the launcher starts: the alive nodes offering the resource, ordered by node id, each
+    counted with the smallest GPU count among them (the policy assumes a homogeneous cluster). Thread-safe: the
+    service's loop and its HTTP handlers may call it at once.
+    """
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        gpu_resource: str = "GPU",
+        stop_grace_s: float = 30.0,
+        namespace: str = "pollux",
+        placement_timeout_s: float = 60.0,
+    ) -> None:
+        import ray
+
+        self._owns_ray = not ray.is_initialized()
+        if self._owns_ray:
+            ray.init(address=address, namespace=namespace, log_to_driver=False)
+        self._gpu_resource = gpu_resource
+        self._stop_grace_s = stop_grace_s
+        self._placement_timeout_s = placement_timeout_s
+        nodes = sorted(
+            (n for n in ray.nodes() if n["Alive"] and n["Resources"].get(gpu_resource, 0) >= 1),
+            key=lambda n: n["NodeID"],
+        )
+        if not nodes:
+            if self._owns_ray:
+                ray.shutdown()
+            raise LaunchError(
+                f"no alive node of the Ray cluster offers the resource {gpu_resource!r}: start the nodes with it, "
+                f"e.g. ray start --resources='{{\"{gpu_resource}\": 4}}' (or pick gpu_resource to match the cluster)"
+            )
+        self._node_ids = [n["NodeID"] for n in nodes]
+        self._node_ips = [n["NodeManagerAddress"] for n in nodes]
+        self._node_gpus = [int(n["Resources"][gpu_resource]) for n in nodes]
+        if len(set(self._node_gpus)) > 1:
+            LOG.warning(
+                "Ray nodes offer different numbers of %s (%s): using %d per node",
+                gpu_resource,
+                self._node_gpus,
+                min(self._node_gpus),
+            )
+        self._cluster = Cluster(num_nodes=len(nodes), gpus_per_node=min(self._node_gpus))
+        self._host = ray.util.get_node_ip_address()
+        self._groups: dict[str, _Group] = {}
+        self._lock = threading.RLock()
+        self._closed = False
+
+    @property
+    def cluster(self) -> Cluster:
+        """The pool as the policy sees it: the Ray nodes offering the GPU resource × GPUs per node."""
+        return self._cluster
+
+    @property
+    def node_ids(self) -> list[str]:
+        """The Ray node id of each pool node, in pool order (node i of an allocation is `node_ids[i]`)."""
+        return list(self._node_ids)
+
+    def launch(self, request: LaunchRequest) -> list[WorkerInfo]:
+        """Reserve the allocation's GPUs on exactly its nodes, then start one worker per GPU; nothing of the job
+        is left behind (actors, placement group) if any part fails. An exited, unforgotten group is forgotten."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        with self._lock:
+            if self._closed:
+                raise LaunchError(f"job {request.job}: the Ray launcher was shut down")
+            old = self._groups.get(request.job)
+            if old is not None:
+                if old.running():
+                    raise LaunchError(f"job {request.job}: its workers are still running (stop it and poll first)")
+                self._drop(request.job)
+            if not request.command:
+                raise LaunchError(
+                    f"job {request.job}: the command is empty (give the program to run and its arguments)"
+                )
+            nodes = self._check_allocation(request)
+            pg = self._reserve(request.job, nodes)
+            actors: list[ActorHandle] = []
+            try:
+                worker_cls = ray.remote(_WorkerActor)
+                gpu_options: dict[str, Any] = (
+                    {"num_gpus": 1} if self._gpu_resource == "GPU" else {"resources": {self._gpu_resource: 1}}
+                )
+                for rank in range(len(nodes)):
+                    strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=rank)
+                    actors.append(
+                        worker_cls.options(
+                            num_cpus=0, max_restarts=0, scheduling_strategy=strategy, **gpu_options
+                        ).remote()
+                    )
+                workers = self._start_workers(request, nodes, actors)
+            except (GetTimeoutError, RayActorError) as exc:
+                self._release(actors, pg)
+                raise LaunchError(f"job {request.job}: its worker actors did not start ({exc})") from exc
+            except BaseException:
+                self._release(actors, pg)
+                raise
+            self._groups[request.job] = _Group(pg, actors, workers, codes=[None] * len(actors))
+            return list(workers)
+
+    def _check_allocation(self, request: LaunchRequest) -> list[int]:
+        """The pool node of each rank (node order, then local), after checking the allocation fits the pool."""
+        import ray
+
+        alloc = request.allocation
+        if len(alloc) != self._cluster.num_nodes or any(g < 0 for g in alloc) or sum(alloc) < 1:
+            raise LaunchError(
+                f"job {request.job}: allocation {alloc} must list >= 0 GPUs for each of the {self._cluster.num_nodes} "
+                "Ray nodes, at least one in all"
+            )
+        for i, gpus in enumerate(alloc):
+            if gpus > self._node_gpus[i]:
+                raise LaunchError(
+                    f"job {request.job}: allocation {alloc} asks for {gpus} {self._gpu_resource} on node {i}, "
+                    f"which has {self._node_gpus[i]}"
+                )
+        alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        for i, gpus in enumerate(alloc):
+            if gpus and self._node_ids[i] not in alive:
+                raise LaunchError(f"job {request.job}: node {i} (Ray node {self._node_ids[i]}) is no longer alive")
+        return [i for i, gpus in enumerate(alloc) for _ in range(gpus)]
+
+    def _reserve(self, job: str, nodes: list[int]) -> PlacementGroup:
+        """One bundle per rank, pinned to its node by label: all of them or none, within the placement timeout."""
+        from ray.util.placement_group import placement_group, remove_placement_group
+
+        pg = placement_group(
+            [{self._gpu_resource: 1} for _ in nodes],
+            strategy="PACK",
+            bundle_label_selector=[{NODE_ID_LABEL: self._node_ids[i]} for i in nodes],
+        )
+        if not pg.wait(self._placement_timeout_s):
+            remove_placement_group(pg)
+            wanted = {i: nodes.count(i) for i in sorted(set(nodes))}
+            raise LaunchError(
+                f"job {job}: Ray could not reserve {self._gpu_resource} per node {wanted} within "
+                f"{self._placement_timeout_s:g} s (held by other jobs or other Ray users; see `ray status`)"
+            )
+        return pg
+
+    def _start_workers(self, request: LaunchRequest, nodes: list[int], actors: list[ActorHandle]) -> list[WorkerInfo]:
+        """Check each actor sits on its rank's node, wire the ranks like torchrun and start their commands."""
+        import ray
+
+        places = ray.get([a.where.remote() for a in actors], timeout=_ACTOR_CALL_TIMEOUT_S)
+        for rank, (node_id, _) in enumerate(places):
+            if node_id != self._node_ids[nodes[rank]]:
+                raise LaunchError(
+                    f"job {request.job}: Ray placed rank {rank} on node {node_id}, not on pool node {nodes[rank]} "
+                    f"({self._node_ids[nodes[rank]]}): this Ray version ignores bundle label selectors"
+                )
+        port = ray.get(actors[0].free_port.remote(), timeout=_ACTOR_CALL_TIMEOUT_S)
+        local_ranks = [nodes[:rank].count(node) for rank, node in enumerate(nodes)]
+        common = {
+            "WORLD_SIZE": str(len(nodes)),
+            "MASTER_ADDR": places[0][1],
+            "MASTER_PORT": str(port),
+            "POLLUX_NUM_NODES": str(num_nodes_used(request.allocation)),
+        }
+        if self._gpu_resource != "GPU":
+            common["CUDA_VISIBLE_DEVICES"] = ""  # a virtual GPU: the worker must not grab a real one
+        refs = []
+        for rank, (actor, node) in enumerate(zip(actors, nodes, strict=True)):
+            env = {
+                **request.env,
+                **common,
+                "RANK": str(rank),
+                "LOCAL_RANK": str(local_ranks[rank]),
+                "LOCAL_WORLD_SIZE": str(request.allocation[node]),
+                "POLLUX_RAY_NODE_ID": places[rank][0],
+            }
+            refs.append(actor.start.remote(list(request.command), env, str(request.cwd), str(request.log_path), rank))
+        started: list[_Started] = ray.get(refs, timeout=_ACTOR_CALL_TIMEOUT_S)
+        for rank, s in enumerate(started):
+            if s.error is not None:
+                self._kill_actors(actors)
+                raise LaunchError(f"job {request.job}: rank {rank} on node {nodes[rank]}: {s.error}")
+        return [
+            WorkerInfo(rank=rank, node=nodes[rank], pid=s.pid, host=places[rank][1], start_ticks=s.start_ticks)
+            for rank, s in enumerate(started)
+        ]
+
+    def poll(self, job: str) -> int | None:
+        """None while any worker runs; then the group's exit code. The first crash (a dead actor included) gets
+        the other workers killed at once, since they would block in the next collective."""
+        with self._lock:
+            group = self._group(job)
+            if group.exit_code is not None:
+                return group.exit_code
+            self._collect(group)
+            if group.crash_code is None:
+                group.crash_code = next((c for c in group.codes if c not in (None, 0, EXIT_STOPPED)), None)
+            if group.crash_code is not None and group.running():
+                self._kill_workers(group)
+            if group.running():
+                return None
+            if group.crash_code is not None:
+                group.exit_code = group.crash_code
+            else:
+                group.exit_code = EXIT_STOPPED if EXIT_STOPPED in group.codes else 0
+            return group.exit_code
+
+    def stop(self, job: str) -> None:
+        """Ask each actor to SIGTERM its worker; returns without waiting for them."""
+        with self._lock:
+            group = self._group(job)
+            for actor, code in zip(group.actors, group.codes, strict=True):
+                if code is None:
+                    actor.terminate.remote()
+
+    def kill(self, job: str) -> None:
+        """SIGKILL every running worker (its helpers too), then kill the actors; `poll` reports 137 for them."""
+        with self._lock:
+            self._kill_workers(self._group(job))
+
+    def forget(self, job: str) -> None:
+        """Remove an exited group's actors and placement group, so that its GPUs are free for the next launch."""
+        with self._lock:
+            group = self._group(job)
+            if group.running():
+                raise RuntimeError(f"job {job}: cannot forget a running worker group (stop or kill it, then poll)")
+            self._drop(job)
+
+    def workers(self, job: str) -> list[WorkerInfo]:
+        """The job's workers as launched, to store so that a later scheduler can `reap` them."""
+        with self._lock:
+            return list(self._group(job).workers)
+
+    def reap(self, workers: list[WorkerInfo]) -> int:
+        """Stop the recorded workers on this host that still run (same pid *and* start time): SIGTERM, SIGKILL
+        after the grace period. Returns how many were alive. On other hosts Ray already did the work: it kills a
+        dead driver's actors, and their workers get SIGTERM from the kernel (PDEATHSIG)."""
+        alive = [
+            w for w in workers if w.host == self._host and w.start_ticks and process_start_ticks(w.pid) == w.start_ticks
+        ]
+        for w in alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(w.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self._stop_grace_s
+        remaining = alive
+        while remaining and time.monotonic() < deadline:
+            time.sleep(0.05)
+            remaining = [w for w in remaining if process_start_ticks(w.pid) == w.start_ticks]
+        for w in remaining:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if os.getpgid(w.pid) == w.pid:  # it leads its own session, as the actors start workers
+                    os.killpg(w.pid, signal.SIGKILL)
+                else:
+                    os.kill(w.pid, signal.SIGKILL)
+        return len(alive)
+
+    def shutdown(self) -> None:
+        """Remove what is left of this launcher's actors and placement groups (a worker still running gets SIGTERM
+        from the kernel when its actor dies), and disconnect from Ray if this launcher connected."""
+        import ray
+
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for job in list(self._groups):
+                self._drop(job)
+            if self._owns_ray:
+                ray.shutdown()
+
+    def _group(self, job: str) -> _Group:
+        group = self._groups.get(job)
+        if group is None:
+            raise UnknownJobError(f"job {job}: the Ray launcher has no worker group for it")
+        return group
+
+    def _collect(self, group: _Group) -> None:
+        """Ask the actors of workers not known to have exited for their codes; a dead actor's worker is lost."""
+        import ray
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError
+
+        pending = {i: group.actors[i].poll.remote() for i, c in enumerate(group.codes) if c is None}
+        for i, ref in pending.items():
+            try:
+                group.codes[i] = ray.get(ref, timeout=_POLL_TIMEOUT_S)
+            except (ActorUnavailableError, GetTimeoutError):
+                continue  # a transient hiccup or a busy node: ask again at the next poll
+            except (ActorDiedError, RayActorError):
+                LOG.warning("rank %d's actor died (node lost?): counting its worker as exited %d", i, EXIT_LOST)
+                group.codes[i] = EXIT_LOST
+
+    def _kill_workers(self, group: _Group) -> None:
+        """SIGKILL each running worker through its actor (collecting its code), then kill every actor."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        pending = {i: group.actors[i].kill.remote() for i, c in enumerate(group.codes) if c is None}
+        for i, ref in pending.items():
+            try:
+                code = ray.get(ref, timeout=_POLL_TIMEOUT_S)
+            except (RayActorError, GetTimeoutError):
+                code = None
+            group.codes[i] = EXIT_LOST if code is None else code
+        self._kill_actors(group.actors)
+
+    def _kill_actors(self, actors: list[ActorHandle]) -> None:
+        import ray
+
+        for actor in actors:
+            with contextlib.suppress(Exception):  # an actor that is already gone
+                ray.kill(actor, no_restart=True)
+
+    def _release(self, actors: list[ActorHandle], pg: PlacementGroup) -> None:
+        """Give back everything one group holds: its actors (their workers get SIGTERM), then its GPUs."""
+        from ray.util.placement_group import remove_placement_group
+
+        self._kill_actors(actors)
+        with contextlib.suppress(Exception):  # removed already
+            remove_placement_group(pg)
+
+    def _drop(self, job: str) -> None:
+        group = self._groups.pop(job)
+        self._release(group.actors, group.placement_group)

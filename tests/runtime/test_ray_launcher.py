@@ -1,0 +1,277 @@
+"""The Ray launcher places each rank on exactly the node its allocation names, on a real two-node Ray cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+from ray.cluster_utils import Cluster as RayCluster  # noqa: E402
+
+from pollux.agent.report import read_report  # noqa: E402
+from pollux.cluster import Cluster  # noqa: E402
+from pollux.errors import LaunchError, UnknownJobError  # noqa: E402
+from pollux.runtime.launcher import EXIT_STOPPED, LaunchRequest, WorkerInfo  # noqa: E402
+from pollux.runtime.local import process_start_ticks  # noqa: E402
+from pollux.runtime.ray_launcher import EXIT_LOST, RayLauncher  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+RESOURCE = "pollux_gpu"
+
+# Each worker script gets the test's folder as argv[1] and leaves its traces there.
+ENV_DUMP = """
+    import json, os, sys
+    keys = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "POLLUX_NUM_NODES",
+            "POLLUX_RAY_NODE_ID", "CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "FROM_REQUEST"]
+    stat = open("/proc/self/stat").read()
+    info = {k: os.environ.get(k) for k in keys}
+    info.update(pid=os.getpid(), cwd=os.getcwd(), executable=sys.executable,
+                start_ticks=int(stat[stat.rfind(")") + 2:].split()[19]))
+    open(os.path.join(sys.argv[1], f"env-{os.environ['RANK']}.json"), "w").write(json.dumps(info))
+    print("hello from", os.environ["RANK"])
+"""
+
+# Waits for SIGTERM (at most 60 s), leaves a marker and exits 143 as the agent does after checkpointing.
+TERM_WAITER = """
+    import os, signal, sys, time
+    out, rank = sys.argv[1], os.environ["RANK"]
+    def on_term(signum, frame):
+        open(os.path.join(out, f"term-{rank}"), "w").write("ok")
+        sys.exit(143)
+    signal.signal(signal.SIGTERM, on_term)
+    open(os.path.join(out, f"ready-{rank}"), "w").write(str(os.getpid()))
+    for _ in range(600):
+        time.sleep(0.1)
+"""
+
+# Rank 1 starts a helper process and sleeps; rank 0 crashes with 3 once rank 1's helper is up.
+CRASH = """
+    import os, subprocess, sys, time
+    out, rank = sys.argv[1], os.environ["RANK"]
+    if rank == "1":
+        helper = subprocess.Popen(["sleep", "60"])
+        open(os.path.join(out, "helper.tmp"), "w").write(str(helper.pid))
+        os.rename(os.path.join(out, "helper.tmp"), os.path.join(out, "helper"))
+        time.sleep(60)
+    else:
+        for _ in range(600):
+            if os.path.exists(os.path.join(out, "helper")):
+                sys.exit(3)
+            time.sleep(0.05)
+"""
+
+
+def wait_for(condition: Callable[[], object], timeout_s: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def free_gpus() -> float:
+    return ray.available_resources().get(RESOURCE, 0.0)
+
+
+def live_placement_groups() -> list[dict]:
+    return [pg for pg in ray.util.placement_group_table().values() if pg["state"] != "REMOVED"]
+
+
+@pytest.fixture(scope="module")
+def launcher() -> Iterator[RayLauncher]:
+    """A head node and a worker node on this machine, two virtual GPUs (`pollux_gpu`) each, and a launcher on it.
+    The launcher connects (and so disconnects on shutdown); the cluster is torn down by its own handle."""
+    if ray.is_initialized():
+        pytest.skip("Ray is already initialised in this process")
+    node_args = {"num_cpus": 2, "resources": {RESOURCE: 2}, "object_store_memory": 80 * 1024 * 1024}
+    cluster = RayCluster(initialize_head=True, head_node_args=node_args)
+    try:
+        cluster.add_node(**node_args)
+        cluster.wait_for_nodes()
+        ray_launcher = RayLauncher(cluster.address, gpu_resource=RESOURCE, stop_grace_s=5, placement_timeout_s=3)
+        try:
+            yield ray_launcher
+        finally:
+            ray_launcher.shutdown()
+    finally:
+        cluster.shutdown()
+
+
+class Jobs:
+    """Launches scripts written into tmp_path and kills whatever is left of them when the test ends."""
+
+    def __init__(self, launcher: RayLauncher, tmp_path: Path) -> None:
+        self.launcher, self.tmp_path, self.started = launcher, tmp_path, []
+
+    def request(self, job: str, command: tuple[str, ...], allocation: tuple[int, ...], **kwargs) -> LaunchRequest:
+        fields = {"allocation": allocation, "log_path": self.tmp_path / "logs" / f"{job}.log", "cwd": self.tmp_path}
+        return LaunchRequest(job=job, command=command, **{**fields, **kwargs})
+
+    def start(self, job: str, source: str, allocation: tuple[int, ...], **kwargs) -> list[WorkerInfo]:
+        script = self.tmp_path / f"{job}.py"
+        script.write_text(textwrap.dedent(source))
+        workers = self.launcher.launch(
+            self.request(job, ("python", str(script), str(self.tmp_path)), allocation, **kwargs)
+        )
+        self.started.append(job)
+        return workers
+
+    def wait(self, job: str, timeout_s: float = 30.0) -> int:
+        codes: list[int | None] = [None]
+
+        def done() -> bool:
+            codes[0] = self.launcher.poll(job)
+            return codes[0] is not None
+
+        wait_for(done, timeout_s, f"job {job} to exit")
+        assert codes[0] is not None
+        return codes[0]
+
+    def cleanup(self) -> None:
+        for job in self.started:
+            try:
+                self.launcher.kill(job)
+                self.wait(job)
+                self.launcher.forget(job)
+            except UnknownJobError:
+                pass
+
+
+@pytest.fixture
+def jobs(launcher: RayLauncher, tmp_path: Path) -> Iterator[Jobs]:
+    jobs = Jobs(launcher, tmp_path)
+    yield jobs
+    jobs.cleanup()
+    wait_for(lambda: free_gpus() == 4, 10, "every virtual GPU to be free again")
+
+
+def test_the_pool_is_every_node_offering_the_resource_in_node_id_order(launcher: RayLauncher) -> None:
+    assert launcher.cluster == Cluster(num_nodes=2, gpus_per_node=2)
+    assert launcher.node_ids == sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+
+
+def test_a_job_on_two_nodes_gets_one_rank_per_node_in_pool_order(jobs: Jobs) -> None:
+    workers = jobs.start("env", ENV_DUMP, (1, 1), env={"FROM_REQUEST": "yes"})
+    (bundles,) = [pg["bundles_to_node_id"] for pg in live_placement_groups()]
+    assert bundles == dict(enumerate(jobs.launcher.node_ids))  # Ray's own record of where it reserved the GPUs
+    assert jobs.wait("env") == 0
+    seen = [json.loads((jobs.tmp_path / f"env-{rank}.json").read_text()) for rank in range(2)]
+    assert [env["POLLUX_RAY_NODE_ID"] for env in seen] == jobs.launcher.node_ids
+    for rank, env in enumerate(seen):
+        assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"]) == (
+            str(rank),
+            "0",
+            "2",
+            "1",
+        )
+        assert (env["POLLUX_NUM_NODES"], env["CUDA_VISIBLE_DEVICES"], env["FROM_REQUEST"]) == ("2", "", "yes")
+        assert (env["PYTHONUNBUFFERED"], env["OMP_NUM_THREADS"]) == ("1", "1")
+        assert (env["executable"], env["cwd"]) == (sys.executable, str(jobs.tmp_path))
+    assert seen[0]["MASTER_ADDR"] == seen[1]["MASTER_ADDR"] == workers[0].host
+    assert seen[0]["MASTER_PORT"] == seen[1]["MASTER_PORT"] and 0 < int(seen[0]["MASTER_PORT"]) < 65536
+    assert workers == jobs.launcher.workers("env")
+    assert [(w.rank, w.node, w.pid, w.start_ticks) for w in workers] == [
+        (rank, rank, env["pid"], env["start_ticks"]) for rank, env in enumerate(seen)
+    ]
+    log = (jobs.tmp_path / "logs" / "env.log").read_text().splitlines()
+    assert sorted(log) == ["[rank 0] hello from 0", "[rank 1] hello from 1"]
+
+
+def test_a_job_on_one_node_keeps_both_ranks_there(jobs: Jobs) -> None:
+    jobs.start("env", ENV_DUMP, (2, 0))
+    assert jobs.wait("env") == 0
+    seen = [json.loads((jobs.tmp_path / f"env-{rank}.json").read_text()) for rank in range(2)]
+    assert [env["POLLUX_RAY_NODE_ID"] for env in seen] == [jobs.launcher.node_ids[0]] * 2
+    assert [(env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"], env["POLLUX_NUM_NODES"]) for env in seen] == [
+        ("0", "2", "1"),
+        ("1", "2", "1"),
+    ]
+    assert [w.node for w in jobs.launcher.workers("env")] == [0, 0]
+
+
+def test_stop_makes_every_worker_checkpoint_and_exit_143(jobs: Jobs) -> None:
+    jobs.start("stop", TERM_WAITER, (1, 1))
+    wait_for(lambda: all((jobs.tmp_path / f"ready-{r}").exists() for r in range(2)), 30, "both workers to start")
+    assert jobs.launcher.poll("stop") is None
+    with pytest.raises(RuntimeError, match="running"):
+        jobs.launcher.forget("stop")
+    jobs.launcher.stop("stop")
+    assert jobs.wait("stop") == EXIT_STOPPED
+    assert all((jobs.tmp_path / f"term-{r}").exists() for r in range(2))
+
+
+def test_a_crash_kills_the_siblings_and_reports_the_crash_code(jobs: Jobs) -> None:
+    workers = jobs.start("crash", CRASH, (1, 1))
+    assert jobs.wait("crash") == 3
+    helper = int((jobs.tmp_path / "helper").read_text())
+    wait_for(lambda: all(process_start_ticks(pid) is None for pid in [w.pid for w in workers] + [helper]), 5, "death")
+
+
+def test_kill_ends_the_workers_at_once_and_reports_them_killed(jobs: Jobs) -> None:
+    workers = jobs.start("kill", TERM_WAITER, (0, 2))
+    wait_for(lambda: all((jobs.tmp_path / f"ready-{r}").exists() for r in range(2)), 30, "both workers to start")
+    jobs.launcher.kill("kill")
+    assert jobs.wait("kill") == EXIT_LOST == 137
+    assert not any((jobs.tmp_path / f"term-{r}").exists() for r in range(2))  # SIGKILL: no checkpoint
+    assert all(process_start_ticks(w.pid) is None for w in workers)
+
+
+def test_a_missing_executable_is_refused_and_everything_released(jobs: Jobs) -> None:
+    with pytest.raises(LaunchError, match="no-such-program-pollux"):
+        jobs.launcher.launch(jobs.request("missing", ("no-such-program-pollux", "--flag"), (1, 1)))
+    with pytest.raises(UnknownJobError):
+        jobs.launcher.poll("missing")
+    wait_for(lambda: not live_placement_groups() and free_gpus() == 4, 10, "the placement group to be removed")
+
+
+def test_an_allocation_beyond_a_node_or_the_pool_is_refused(jobs: Jobs) -> None:
+    for allocation in [(3, 0), (1,), (0, 0), (1, -1)]:
+        with pytest.raises(LaunchError, match="allocation"):
+            jobs.launcher.launch(jobs.request("big", ("true",), allocation))
+    assert not live_placement_groups()
+
+
+def test_gpus_held_by_another_job_make_a_launch_time_out(jobs: Jobs) -> None:
+    jobs.start("holder", TERM_WAITER, (2, 0))
+    started = time.monotonic()
+    with pytest.raises(LaunchError, match="could not reserve"):
+        jobs.launcher.launch(jobs.request("late", ("true",), (1, 0)))
+    assert 3 <= time.monotonic() - started < 15
+    assert len(live_placement_groups()) == 1  # the late job's group is gone, the holder's stays
+
+
+def test_reap_stops_recorded_workers_on_this_host_and_spares_reused_pids(jobs: Jobs) -> None:
+    workers = jobs.start("stray", TERM_WAITER, (1, 0))
+    wait_for(lambda: (jobs.tmp_path / "ready-0").exists(), 30, "the worker to start")
+    reused = WorkerInfo(rank=0, node=0, pid=os.getpid(), host=workers[0].host, start_ticks=1)
+    assert jobs.launcher.reap([reused]) == 0
+    assert jobs.launcher.reap(workers) == 1
+    assert (jobs.tmp_path / "term-0").exists()
+    assert jobs.wait("stray") == EXIT_STOPPED
+
+
+def test_unknown_jobs_raise(launcher: RayLauncher) -> None:
+    for call in (launcher.poll, launcher.stop, launcher.kill, launcher.forget, launcher.workers):
+        with pytest.raises(UnknownJobError):
+            call("nobody")
+
+
+def test_digits_trains_with_gloo_across_both_nodes(jobs: Jobs) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    report = jobs.tmp_path / "report.json"
+    env = {"POLLUX_REPORT_PATH": str(report), "POLLUX_CHECKPOINT_DIR": str(jobs.tmp_path / "ckpt")}
+    command = ("python", str(REPO / "examples" / "digits_mlp.py"), "--epochs", "1")
+    jobs.launcher.launch(jobs.request("digits", command, (1, 1), env=env, cwd=REPO))
+    jobs.started.append("digits")
+    code = jobs.wait("digits", timeout_s=120)
+    assert code == 0, (jobs.tmp_path / "logs" / "digits.log").read_text()[-3000:]
+    result = read_report(report)
+    assert (result.status, result.batch.num_replicas, result.batch.num_nodes) == ("finished", 2, 2)
