@@ -120,7 +120,7 @@ def _prctl() -> Callable[..., int] | None:
         return None
 
 
-def _die_with_parent_hook() -> Callable[[], None] | None:
+def die_with_parent_hook() -> Callable[[], None] | None:
     """A `preexec_fn` that makes the kernel SIGTERM the child when the forking thread dies; None off Linux."""
     prctl = _prctl()
     if prctl is None:
@@ -263,14 +263,14 @@ class LocalLauncher:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent_hook(),
+            preexec_fn=die_with_parent_hook(),
         )
         group.procs.append(proc)
         group.codes.append(None)
         ticks = process_start_ticks(proc.pid) or 0
         group.workers.append(WorkerInfo(rank=rank, node=0, pid=proc.pid, host=self._host, start_ticks=ticks))
         reader = threading.Thread(
-            target=_copy_lines,
+            target=copy_lines,
             args=(proc.stdout, request.log_path, f"[rank {rank}] ".encode(), log_lock),
             name=f"pollux-log-{request.job}-{rank}",
             daemon=True,
@@ -441,7 +441,7 @@ class LocalLauncher:
             reader.join(_READER_JOIN_S)
 
 
-def _copy_lines(pipe: IO[bytes], log_path: Path, prefix: bytes, lock: threading.Lock) -> None:
+def copy_lines(pipe: IO[bytes], log_path: Path, prefix: bytes, lock: threading.Lock) -> None:
     """Append a worker's output to the job's log line by line, each prefixed with its rank. The group's lock
     keeps lines of different ranks whole; a final line without a newline gets one."""
     with pipe, open(log_path, "ab") as log:

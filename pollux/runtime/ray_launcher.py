@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from pollux.cluster import Cluster, num_nodes_used
 from pollux.errors import LaunchError, UnknownJobError
 from pollux.runtime.launcher import EXIT_STOPPED, LaunchRequest, WorkerInfo
-from pollux.runtime.local import _copy_lines, _die_with_parent_hook, exit_code, process_start_ticks
+from pollux.runtime.local import copy_lines, die_with_parent_hook, exit_code, process_start_ticks
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
@@ -112,12 +112,12 @@ class _WorkerActor:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_parent_hook(),
+                preexec_fn=die_with_parent_hook(),
             )
         except (OSError, subprocess.SubprocessError) as exc:
             return _Started(error=f"cannot start {program!r}: {exc}")
         self._reader = threading.Thread(
-            target=_copy_lines,
+            target=copy_lines,
             args=(self._proc.stdout, Path(log_path), f"[rank {rank}] ".encode(), threading.Lock()),
             name=f"pollux-log-{rank}",
             daemon=True,
