@@ -145,9 +145,9 @@ class Service:
         self.config = config
         self.launcher = launcher
         self.clock = clock
+        self.policy = make_runtime_policy(config.policy, config.restart_delay_s)  # a bad name fails before any file
         config.state_dir.mkdir(parents=True, exist_ok=True)
         self.store = StateStore(config.database)
-        self.policy = make_runtime_policy(config.policy, config.restart_delay_s)
         avoid = bool(getattr(self.policy, "avoid_interference", False))
         self.scheduler = Scheduler(self.policy, _Backend(self), avoid_sharing=avoid)
         self._runtime: dict[str, _Runtime] = {}

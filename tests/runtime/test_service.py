@@ -143,3 +143,22 @@ def test_shutdown_checkpoints_running_jobs_and_a_new_service_resumes_them(tmp_pa
         assert len(steps) == 2 and steps[1] > 0
     finally:
         second.stop()
+
+
+@pytest.mark.parametrize("policy", ["pollux", "tiresias", "tiresias-gittins", "optimus"])
+def test_every_runtime_policy_runs_jobs_to_completion(tmp_path, counter_job, policy):
+    service = Running(tmp_path, policy=policy)
+    try:
+        for name in ("one", "two"):
+            service.service.submit(load_spec(write_spec(counter_job.parent, name, "--steps 10", gpus=2)))
+        for name in ("one", "two"):
+            service.wait_status(name, "completed")
+    finally:
+        service.stop()
+
+
+def test_a_policy_that_picks_batch_sizes_is_refused_with_the_alternatives(tmp_path):
+    with pytest.raises(SpecError, match="use pollux, fifo"):
+        Service(ServiceConfig(state_dir=tmp_path, policy="elastic-dp"), LocalLauncher(2))
+    with pytest.raises(SpecError, match="fifo"):
+        Service(ServiceConfig(state_dir=tmp_path, policy="lottery"), LocalLauncher(2))
