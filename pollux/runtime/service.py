@@ -260,8 +260,10 @@ class Service:
                 continue
             try:
                 code = self.launcher.poll(state.name)
-            except UnknownJobError:
-                code = EXIT_STOPPED  # the launcher lost it (cannot happen after recover): relaunch it
+            except UnknownJobError:  # the launcher never had it (cannot happen after recover): relaunch it
+                self._exited(state, EXIT_STOPPED, now, requested="lost by the launcher; relaunching")
+                changed = True
+                continue
             if code is None:
                 continue
             self._read_report(state.name, now)
