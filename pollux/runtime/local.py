@@ -84,12 +84,34 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def _group_exit_code(codes: Sequence[int]) -> int:
+def group_exit_code(codes: Sequence[int]) -> int:
     """The worst of the workers' codes: a crash, else 143 (stopped), else 0 (see `pollux.runtime.launcher`)."""
     crashes = [c for c in codes if c not in (0, EXIT_STOPPED)]
     if crashes:
         return crashes[0]
     return EXIT_STOPPED if EXIT_STOPPED in codes else 0
+
+
+def reap_processes(workers: Sequence[WorkerInfo], host: str, grace_s: float) -> int:
+    """SIGTERM the recorded workers that still run on `host` (same pid *and* start time: a reused pid is left
+    alone), SIGKILL them and their process groups after `grace_s`. Returns how many were alive."""
+    alive = [w for w in workers if w.host == host and w.start_ticks and process_start_ticks(w.pid) == w.start_ticks]
+    for w in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(w.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    remaining = alive
+    while remaining and time.monotonic() < deadline:
+        time.sleep(0.05)
+        remaining = [w for w in remaining if process_start_ticks(w.pid) == w.start_ticks]
+    for w in remaining:
+        if process_start_ticks(w.pid) == w.start_ticks:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if os.getpgid(w.pid) == w.pid:  # it leads its own group, as both launchers start workers
+                    os.killpg(w.pid, signal.SIGKILL)
+                else:
+                    os.kill(w.pid, signal.SIGKILL)
+    return len(alive)
 
 
 def _base_env(request_env: Mapping[str, str]) -> dict[str, str]:
@@ -292,7 +314,7 @@ class LocalLauncher:
             for reader in group.readers:
                 reader.join(_READER_JOIN_S)  # the log is complete once the code is out
             codes = [c for c in group.codes if c is not None]
-            group.exit_code = group.crash_code if group.crash_code is not None else _group_exit_code(codes)
+            group.exit_code = group.crash_code if group.crash_code is not None else group_exit_code(codes)
             return group.exit_code
 
     def stop(self, job: str) -> None:
@@ -321,27 +343,8 @@ class LocalLauncher:
             return list(self._group(job).workers)
 
     def reap(self, workers: list[WorkerInfo]) -> int:
-        """SIGTERM the recorded workers that still run (same pid *and* start time), SIGKILL them after the grace
-        period. Returns how many were alive. Workers of another host, or with an unknown start time, are left alone."""
-        alive = [
-            w for w in workers if w.host == self._host and w.start_ticks and process_start_ticks(w.pid) == w.start_ticks
-        ]
-        for w in alive:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(w.pid, signal.SIGTERM)
-        deadline = time.monotonic() + self._stop_grace_s
-        remaining = alive
-        while remaining and time.monotonic() < deadline:
-            time.sleep(0.05)
-            remaining = [w for w in remaining if process_start_ticks(w.pid) == w.start_ticks]
-        for w in remaining:
-            if process_start_ticks(w.pid) == w.start_ticks:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    if os.getpgid(w.pid) == w.pid:  # it leads its own group, as `launch` starts workers
-                        os.killpg(w.pid, signal.SIGKILL)
-                    else:
-                        os.kill(w.pid, signal.SIGKILL)
-        return len(alive)
+        """Stop the recorded workers of this host that still run; see `reap_processes`."""
+        return reap_processes(workers, self._host, self._stop_grace_s)
 
     def shutdown(self) -> None:
         """Refuse further launches and let the log readers of exited workers finish; running jobs keep running

@@ -32,7 +32,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +40,14 @@ from typing import TYPE_CHECKING, Any
 from pollux.cluster import Cluster, num_nodes_used
 from pollux.errors import LaunchError, UnknownJobError
 from pollux.runtime.launcher import EXIT_STOPPED, LaunchRequest, WorkerInfo
-from pollux.runtime.local import copy_lines, die_with_parent_hook, exit_code, process_start_ticks
+from pollux.runtime.local import (
+    copy_lines,
+    die_with_parent_hook,
+    exit_code,
+    group_exit_code,
+    process_start_ticks,
+    reap_processes,
+)
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
@@ -379,10 +385,8 @@ class RayLauncher:
                 self._kill_workers(group)
             if group.running():
                 return None
-            if group.crash_code is not None:
-                group.exit_code = group.crash_code
-            else:
-                group.exit_code = EXIT_STOPPED if EXIT_STOPPED in group.codes else 0
+            codes = [c for c in group.codes if c is not None]
+            group.exit_code = group.crash_code if group.crash_code is not None else group_exit_code(codes)
             return group.exit_code
 
     def stop(self, job: str) -> None:
@@ -412,27 +416,10 @@ class RayLauncher:
             return list(self._group(job).workers)
 
     def reap(self, workers: list[WorkerInfo]) -> int:
-        """Stop the recorded workers on this host that still run (same pid *and* start time): SIGTERM, SIGKILL
-        after the grace period. Returns how many were alive. On other hosts Ray already did the work: it kills a
-        dead driver's actors, and their workers get SIGTERM from the kernel (PDEATHSIG)."""
-        alive = [
-            w for w in workers if w.host == self._host and w.start_ticks and process_start_ticks(w.pid) == w.start_ticks
-        ]
-        for w in alive:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(w.pid, signal.SIGTERM)
-        deadline = time.monotonic() + self._stop_grace_s
-        remaining = alive
-        while remaining and time.monotonic() < deadline:
-            time.sleep(0.05)
-            remaining = [w for w in remaining if process_start_ticks(w.pid) == w.start_ticks]
-        for w in remaining:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                if os.getpgid(w.pid) == w.pid:  # it leads its own session, as the actors start workers
-                    os.killpg(w.pid, signal.SIGKILL)
-                else:
-                    os.kill(w.pid, signal.SIGKILL)
-        return len(alive)
+        """Stop the recorded workers on this host that still run (`pollux.runtime.local.reap_processes`). On other
+        hosts Ray already did the work: it kills a dead driver's actors, and their workers get SIGTERM from the
+        kernel (PDEATHSIG)."""
+        return reap_processes(workers, self._host, self._stop_grace_s)
 
     def shutdown(self) -> None:
         """Remove what is left of this launcher's actors and placement groups (a worker still running gets SIGTERM

@@ -87,9 +87,7 @@ def test_three_example_jobs_grow_shrink_and_complete_under_pollux(tmp_path, stat
         for path in specs:
             assert "submitted" in up.cli("submit", str(path)).stdout
         store = store_of(state)
-        wait_for(
-            lambda: all(job.status == "completed" for job in store.jobs()), 300, "the three jobs to complete"
-        )
+        wait_for(lambda: all(job.status == "completed" for job in store.jobs()), 300, "the three jobs to complete")
         listing = up.cli("ls").stdout
         assert all(name in listing for name in ("digits-a", "digits-b", "digits-c"))
         sizes = {}
