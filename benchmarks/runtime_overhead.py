@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pollux.engine import Decision
-from pollux.runtime.api import ApiServer, Client, ensure_token, write_endpoint
+from pollux.runtime.api import ApiServer, Client, write_endpoint, write_token
 from pollux.runtime.local import LocalLauncher
 from pollux.runtime.service import Service, ServiceConfig
 
@@ -89,7 +89,7 @@ def main() -> None:
         # rounds only on events: the benchmark's own resizes are not undone by FIFO's next round
         config = ServiceConfig(state_dir=root / "state", policy="fifo", interval_s=3600.0, tick_s=0.02)
         service = Service(config, LocalLauncher(2, stop_grace_s=30.0))
-        server = ApiServer(service, ensure_token(config.state_dir))
+        server = ApiServer(service, write_token(config.state_dir))
         server.start()
         write_endpoint(config.state_dir, server.url)
         service.recover()

@@ -49,7 +49,16 @@ class UnknownJobError(PolluxError):
 
 
 class LaunchError(PolluxError):
-    """Worker processes for a job could not be started (missing executable, unknown node, no free slots)."""
+    """Worker processes for a job could not be started (missing executable, unknown node, no free slots).
+
+    `transient` tells the service whether the same launch may succeed later without anyone fixing anything: GPUs
+    held by other jobs, a node briefly not alive, an actor slow to start, the job's previous worker group still
+    exiting. Such a launch is retried with back-off; a permanent one (missing executable or working directory, an
+    allocation the pool cannot hold) fails the job."""
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 class ServiceError(PolluxError):

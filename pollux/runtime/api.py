@@ -1,8 +1,9 @@
 """The service's HTTP API (JSON over HTTP/1.1, standard library only) and the client the CLI uses.
 
-Every request carries `Authorization: Bearer <token>`; the token is a random secret in `<state_dir>/token`, created
-with mode 0600, so only the user who started the service (and root) can drive it. The server binds 127.0.0.1 unless
-told otherwise. Routes:
+Every request carries `Authorization: Bearer <token>`; the token is a random secret that each `pollux up` writes to
+`<state_dir>/token` with mode 0600 (the folder is 0700), so only the user who started the service (and root) can
+drive it. The server binds 127.0.0.1 unless told otherwise (with --allow-remote the token travels in clear HTTP:
+put a TLS proxy in front). Routes:
 
     GET  /v1/health                     service, backend, policy, cluster
     GET  /v1/jobs                       every job, one row each (what `pollux ls` prints)
@@ -19,12 +20,13 @@ logged; the service keeps running).
 from __future__ import annotations
 
 import hmac
+import http.client
 import json
 import logging
 import os
 import secrets
+import socket
 import threading
-import time
 import urllib.error
 import urllib.request
 from http import HTTPStatus
@@ -35,31 +37,37 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from pollux.cluster import placement
 from pollux.errors import PolluxError, ServiceError, UnknownJobError
+from pollux.runtime.local import process_start_ticks
 from pollux.runtime.service import Service
 from pollux.runtime.spec import loads_spec
 from pollux.runtime.store import JobState
 
 LOG = logging.getLogger("pollux.runtime.api")
+_HOST = socket.gethostname()
 TOKEN_FILE = "token"
 ENDPOINT_FILE = "endpoint.json"
 MAX_BODY = 1 << 20
 MAX_LOG_CHUNK = 1 << 20
 
 
-def ensure_token(state_dir: Path) -> str:
-    """The service's secret, created once with mode 0600 (a wider mode is tightened, not trusted silently)."""
-    path = state_dir / TOKEN_FILE
-    state_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        if path.stat().st_mode & 0o077:
-            LOG.warning("%s was readable by others; setting its mode to 0600", path)
-            path.chmod(0o600)
-        return path.read_text(encoding="utf-8").strip()
+def private_dir(path: Path) -> Path:
+    """Create (or tighten) a folder only its owner may enter: it holds the token, the database and job logs."""
+    path.mkdir(parents=True, exist_ok=True)
+    if path.stat().st_mode & 0o077:
+        path.chmod(0o700)
+    return path
+
+
+def write_token(state_dir: Path) -> str:
+    """A fresh secret for this service process, written atomically with mode 0600 (a token captured from an
+    earlier run is worthless once the service restarts)."""
+    private_dir(state_dir)
     token = secrets.token_urlsafe(32)
+    tmp = state_dir / f".{TOKEN_FILE}.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(token + "\n")
+    tmp.replace(state_dir / TOKEN_FILE)
     return token
 
 
@@ -178,6 +186,7 @@ class ApiServer:
 class _Handler(BaseHTTPRequestHandler):
     api: ApiServer
     protocol_version = "HTTP/1.1"
+    timeout = 30  # an idle or trickling client cannot hold a thread forever
 
     def do_GET(self) -> None:
         self._dispatch("GET")
@@ -186,14 +195,20 @@ class _Handler(BaseHTTPRequestHandler):
         self._dispatch("POST")
 
     def _dispatch(self, method: str) -> None:
+        """Check the token before reading anything else, bound the body, answer every error with one line."""
         url = urlsplit(self.path)
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(min(length, MAX_BODY)) if length else b""
         given = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         if not given or not hmac.compare_digest(given.encode(), self.api.token.encode()):
             token_path = self.api.service.config.state_dir / TOKEN_FILE
+            self.close_connection = True
             self._send(HTTPStatus.UNAUTHORIZED, {"error": f"missing or wrong token: send the one in {token_path}"})
             return
+        length_header = self.headers.get("Content-Length") or "0"
+        if not length_header.isdigit() or int(length_header) > MAX_BODY:
+            self.close_connection = True
+            self._send(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": f"body must be 0-{MAX_BODY} bytes"})
+            return
+        raw = self.rfile.read(int(length_header))
         try:
             body = json.loads(raw) if raw else None
             status, payload = self.api.handle(method, url.path, parse_qs(url.query), body)
@@ -219,10 +234,11 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def write_endpoint(state_dir: Path, url: str) -> None:
-    """Tell clients where the service listens (atomic: a reader never sees half a file)."""
+    """Tell clients where the service listens and which process it is (atomic: no reader sees half a file)."""
     path = state_dir / ENDPOINT_FILE
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"url": url, "pid": os.getpid(), "started_at": time.time()}), encoding="utf-8")
+    endpoint = {"url": url, "pid": os.getpid(), "start_ticks": process_start_ticks(os.getpid()), "host": _HOST}
+    tmp.write_text(json.dumps(endpoint), encoding="utf-8")
     tmp.replace(path)
 
 
@@ -232,14 +248,18 @@ class Client:
     def __init__(self, state_dir: Path, timeout_s: float = 30.0) -> None:
         self.state_dir = state_dir
         self.timeout_s = timeout_s
+        missing = ServiceError(
+            f"no Pollux scheduler runs on {state_dir}: start one with `pollux up` (or pass the same --state-dir)"
+        )
         try:
             endpoint = json.loads((state_dir / ENDPOINT_FILE).read_text(encoding="utf-8"))
             self.url = str(endpoint["url"])
             self.token = (state_dir / TOKEN_FILE).read_text(encoding="utf-8").strip()
         except (FileNotFoundError, KeyError, json.JSONDecodeError):
-            raise ServiceError(
-                f"no Pollux scheduler found in {state_dir}: start one with `pollux up` (or pass the same --state-dir)"
-            ) from None
+            raise missing from None
+        # a service killed with -9 leaves its endpoint behind: never send the token to whoever took the port since
+        if endpoint.get("host") == _HOST and process_start_ticks(int(endpoint["pid"])) != endpoint.get("start_ticks"):
+            raise missing
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
@@ -256,7 +276,7 @@ class Client:
             except (json.JSONDecodeError, AttributeError):
                 message = error.reason
             raise ServiceError(str(message)) from None
-        except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
+        except (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError) as error:
             raise ServiceError(
                 f"the scheduler at {self.url} does not answer ({error}); is `pollux up` running? "
                 f"(state dir {self.state_dir})"

@@ -52,7 +52,9 @@ def state_dir_of(option: Path | None) -> Path:
 @contextlib.contextmanager
 def exclusive(state_dir: Path) -> Iterator[None]:
     """Hold the state directory for one service process (released by the kernel even on kill -9)."""
-    state_dir.mkdir(parents=True, exist_ok=True)
+    from pollux.runtime.api import private_dir
+
+    private_dir(state_dir)
     handle: TextIO = (state_dir / "service.lock").open("a+")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -97,13 +99,15 @@ def up(
     backoff: Annotated[float, typer.Option(help="Seconds before the first retry of a crashed job (doubles).")] = 5.0,
     host: Annotated[str, typer.Option(help="Address the API binds.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="API port (0: any free port; clients find it in the state dir).")] = 0,
-    allow_remote: Annotated[bool, typer.Option(help="Allow binding a non-loopback address.")] = False,
+    allow_remote: Annotated[
+        bool, typer.Option(help="Allow a non-loopback address (the token then crosses the network in clear HTTP).")
+    ] = False,
     ray_address: Annotated[str | None, typer.Option(help="Ray backend: cluster address (e.g. auto).")] = None,
     gpu_resource: Annotated[str, typer.Option(help="Ray backend: the resource that counts as a GPU.")] = "GPU",
     state_dir: StateDirOption = None,
 ) -> None:
     """Run the scheduler service in the foreground until `pollux down` (or Ctrl-C): jobs checkpoint on the way out."""
-    from pollux.runtime.api import ApiServer, ensure_token, write_endpoint
+    from pollux.runtime.api import ApiServer, write_endpoint, write_token
     from pollux.runtime.service import Service, ServiceConfig
 
     _check_bind(host, allow_remote)
@@ -122,18 +126,18 @@ def up(
         launcher = _launcher(backend, slots, ray_address, gpu_resource, stop_grace)
         try:
             service = Service(config, launcher)
-            api = ApiServer(service, ensure_token(directory), host, port)
+            api = ApiServer(service, write_token(directory), host, port)
         except BaseException:
             launcher.shutdown()
             raise
         api.start()
-        write_endpoint(directory, api.url)
         cluster = launcher.cluster
         Console(stderr=True).print(
             f"Pollux scheduler at {api.url}: policy {policy}, {backend.value} backend, {cluster.num_nodes} node(s) x "
             f"{cluster.gpus_per_node} slot(s); state in {directory}",
             highlight=False,
         )
+        write_endpoint(directory, api.url)  # last: clients that find it can use the service at once
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: service.request_shutdown())
         try:

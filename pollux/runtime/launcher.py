@@ -10,6 +10,13 @@ Exit codes a group reports (the worst of its workers, in this order of precedenc
     143                                      it stopped on request after checkpointing (SIGTERM)
     0                                        every worker finished the training script
 A group in which one worker crashed is killed by the launcher at once: the others would block in a collective.
+
+At most one live worker group per job, even across a scheduler crash: a scheduler killed after `launch` returned
+but before it recorded the workers leaves a group it cannot reap (it got SIGTERM and may still be checkpointing).
+The local launcher takes an exclusive `flock` on the request's `lock_path` and hands it to every worker, so that it
+is held while any of them (or their children) lives; the Ray launcher names each job's placement group and waits
+for a dead driver's group of that name to be removed. Either way a launch that finds the old group still there
+fails with a transient `LaunchError`: the service retries it later.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ class LaunchRequest:
     log_path: Path  # every worker's stdout and stderr, appended, each line prefixed with "[rank N] "
     cwd: Path
     env: Mapping[str, str] = field(default_factory=dict)  # POLLUX_* variables, added to the inherited environment
+    lock_path: Path | None = None  # held by the group's workers while any lives (local launcher; module docstring)
 
 
 @dataclass(frozen=True)
@@ -56,8 +64,9 @@ class Launcher(Protocol):
         ...
 
     def launch(self, request: LaunchRequest) -> list[WorkerInfo]:
-        """Start the job's worker group; returns its workers. Raises `pollux.errors.LaunchError` if it cannot
-        (a missing executable, a node that does not exist, the job already running)."""
+        """Start the job's worker group; returns its workers. Raises `pollux.errors.LaunchError` if it cannot:
+        `transient` when a later try may succeed (GPUs or the job's lock still held, a node not alive, an actor
+        slow to start), not when something must be fixed first (a missing executable or cwd, a bad allocation)."""
         ...
 
     def poll(self, job: str) -> int | None:

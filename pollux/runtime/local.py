@@ -7,9 +7,14 @@ for a scheduler that can die:
 * Every worker is started with Linux's `PR_SET_PDEATHSIG = SIGTERM`: if the scheduler process is killed (even
   with SIGKILL) its workers get SIGTERM, checkpoint and exit instead of training on unscheduled. The kernel sends
   that signal when the *thread* that forked the worker exits, not the process: the service must call `launch`
-  from a long-lived thread (its main loop), never from a short-lived worker thread.
+  from a long-lived thread (its main loop), never from a short-lived worker thread. `setpriv --pdeathsig` sets it
+  (a `preexec_fn` could deadlock the child of a process with threads, as the scheduler and Ray actors are); only
+  without `setpriv` does a `preexec_fn` set it.
 * Every worker is recorded with its start time (`/proc/<pid>/stat`), so that a restarted scheduler can `reap`
   strays a previous one left behind without ever signalling an unrelated process that reused the pid.
+* A scheduler killed before it recorded the workers cannot reap them; the request's `lock_path` keeps it from
+  starting a second group beside them: every worker inherits an exclusive `flock` on it, so it is held until the
+  last of them (and of their children) exits, and a launch that finds it held fails as transient.
 
 A command whose first word is `python` or `python3` runs with the scheduler's own interpreter (`sys.executable`):
 a scheduler started as `.venv/bin/pollux` runs its jobs in that virtual environment, with torch and the agent.
@@ -19,6 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
+import fcntl
 import functools
 import os
 import shutil
@@ -41,6 +48,12 @@ SlotKind = Literal["gpu", "cpu"]
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _PYTHON_NAMES = ("python", "python3")
+_LOG_LINE_MAX = 65536  # bytes: a longer line (or a `\r`-only progress bar) reaches the log in pieces this long
+_LOCK_MARGIN_S = 1.0  # past the stop grace period, how long a launch waits for the previous group's lock
+_LOCK_RETRY_S = 0.05
+# Run by `sh` after `setpriv` set the parent-death signal, before the command: `$0` is the launcher's pid, and a
+# different parent means the launcher died before the signal was armed (nobody would ever send it): exit at once.
+_ORPHAN_CHECK = 'test "$PPID" = "$0" || exit 143; exec "$@"'
 _CRASH_KILL_WAIT_S = 2.0  # how long one `poll` waits for the siblings of a crashed worker to die after SIGKILL
 _READER_JOIN_S = 1.0  # how long `poll`/`forget`/`shutdown` wait for a log reader to drain an exited worker's pipe
 
@@ -114,14 +127,62 @@ def reap_processes(workers: Sequence[WorkerInfo], host: str, grace_s: float) -> 
     return len(alive)
 
 
-def _base_env(request_env: Mapping[str, str]) -> dict[str, str]:
-    """The scheduler's environment with the request's on top; the rank wiring is added last, so that nothing
-    can break it. One OpenMP thread per worker unless someone chose otherwise: n workers share the cores."""
+def worker_env(
+    request_env: Mapping[str, str],
+    *,
+    rank: int,
+    local_rank: int,
+    world_size: int,
+    local_world_size: int,
+    master_addr: str,
+    master_port: int,
+    num_nodes: int,
+    cuda_visible_devices: str | None = None,
+) -> dict[str, str]:
+    """One worker's environment, as torchrun would set it: this process's environment (the scheduler's, or the
+    Ray actor's on its node), the request's on top, the rank wiring last so that nothing can break it. One OpenMP
+    thread per worker unless someone chose otherwise: n workers share the cores. `cuda_visible_devices=None`
+    keeps the inherited value (Ray sets it for an actor holding a `GPU`)."""
     env = {**os.environ}
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONUNBUFFERED"] = "1"  # lines reach the log as they are printed
     env.update(request_env)
+    env.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(local_rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_WORLD_SIZE=str(local_world_size),
+        MASTER_ADDR=master_addr,
+        MASTER_PORT=str(master_port),
+        POLLUX_NUM_NODES=str(num_nodes),
+    )
+    if cuda_visible_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
     return env
+
+
+def resolve_command(command: Sequence[str], cwd: Path, search_path: str | None = None) -> list[str]:
+    """The command to run, checked before anything starts: `python` is this process's own interpreter (the
+    scheduler's or the Ray actor's environment, with torch and the agent); a path is taken relative to `cwd`; a
+    bare name is looked up on `search_path` (default: PATH). Raises a permanent `LaunchError` saying what to fix."""
+    if not command:
+        raise LaunchError("the command is empty (give the program to run and its arguments)")
+    if not cwd.is_dir():
+        raise LaunchError(f"working directory {cwd} does not exist (create it or fix the job's cwd)")
+    program, *args = command
+    if program in _PYTHON_NAMES:
+        return [sys.executable, *args]
+    if os.sep in program:
+        path = cwd / program  # an absolute program stays as it is
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise LaunchError(f"executable {path} does not exist or is not executable (fix the path or chmod +x it)")
+        return [str(path), *args]
+    found = shutil.which(program, path=search_path)
+    if found is None:
+        raise LaunchError(
+            f"executable {program!r} is not on PATH (install it, or give its full path in the job's command)"
+        )
+    return [found, *args]
 
 
 def _free_port() -> int:
@@ -142,7 +203,7 @@ def _prctl() -> Callable[..., int] | None:
         return None
 
 
-def die_with_parent_hook() -> Callable[[], None] | None:
+def _die_with_parent_hook() -> Callable[[], None] | None:
     """A `preexec_fn` that makes the kernel SIGTERM the child when the forking thread dies; None off Linux."""
     prctl = _prctl()
     if prctl is None:
@@ -155,6 +216,63 @@ def die_with_parent_hook() -> Callable[[], None] | None:
             os._exit(EXIT_STOPPED)
 
     return set_pdeathsig
+
+
+@functools.cache
+def _setpriv() -> str | None:
+    """util-linux's `setpriv` if it can set the parent-death signal (`--pdeathsig`, since 2.33), else None."""
+    path = shutil.which("setpriv")
+    if path is None:
+        return None
+    try:
+        usage = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return path if "--pdeathsig" in usage else None
+
+
+def die_with_parent(command: Sequence[str]) -> tuple[list[str], Callable[[], None] | None]:
+    """`command` made to get SIGTERM when the thread that starts it dies, and the `preexec_fn` that takes, if any.
+
+    With `setpriv`: `setpriv --pdeathsig TERM -- sh -c CHECK <our pid> command...` and no `preexec_fn`. Both
+    `exec`, so the started pid (and its start time) is the command's; the signal survives `exec`, and the check
+    closes the window in which we die before `setpriv` armed it. Without `setpriv`: the command, and a hook."""
+    setpriv = _setpriv()
+    if setpriv is None:
+        return list(command), _die_with_parent_hook()
+    return [setpriv, "--pdeathsig", "TERM", "--", "/bin/sh", "-c", _ORPHAN_CHECK, str(os.getpid()), *command], None
+
+
+def _take_group_lock(job: str, lock_path: Path, wait_s: float) -> int:
+    """An open descriptor holding an exclusive `flock` on `lock_path`, emptied for the new group's pids; waits up to
+    `wait_s` for a previous group (started by a scheduler that died) to exit and release it."""
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise LaunchError(f"job {job}: cannot open its lock file {lock_path} ({exc})") from exc
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                holders = os.pread(fd, 4096, 0).decode(errors="replace").split() or ["unknown"]
+                os.close(fd)
+                raise LaunchError(
+                    f"job {job}: its previous worker group is still running (pids {', '.join(holders)} hold "
+                    f"{lock_path}; started by a scheduler that died, it is probably checkpointing); retry later",
+                    transient=True,
+                ) from None
+            time.sleep(_LOCK_RETRY_S)
+    os.ftruncate(fd, 0)  # the pids in it are a previous group's, long gone
+    return fd
+
+
+def _record_holders(fd: int, workers: Sequence[WorkerInfo]) -> None:
+    """Write the group's pids into its lock file, for the message of a launch that finds the lock held."""
+    os.pwrite(fd, " ".join(str(w.pid) for w in workers).encode() + b"\n", 0)
 
 
 def _signal_group(pid: int, sig: int) -> None:
@@ -227,45 +345,75 @@ class LocalLauncher:
     def launch(self, request: LaunchRequest) -> list[WorkerInfo]:
         """Start `request.allocation[0]` workers of the job; nothing is left running if any of them cannot start.
 
-        An exited group of the same job that was not forgotten yet is forgotten first. Call this from a long-lived
-        thread: the kernel SIGTERMs the workers when the thread that started them ends (module docstring)."""
+        An exited group of the same job that was not forgotten yet is forgotten first. With a `lock_path`, waits up
+        to the stop grace period (and a little) for a previous group of the job to release it. Call this from a
+        long-lived thread: the kernel SIGTERMs the workers when the thread that started them ends (module docstring).
+        """
         with self._lock:
-            if self._closed:
-                raise LaunchError(f"job {request.job}: the local launcher was shut down")
-            old = self._groups.get(request.job)
-            if old is not None:
-                if old.running():
-                    raise LaunchError(f"job {request.job}: its workers are still running (stop it and poll first)")
-                self._drop(request.job)
-            n = self._check_allocation(request)
-            command = self._resolve_command(request)
+            self._check_launchable(request)  # a permanent error is told at once, not after waiting for the lock
+        lock_fd = None
+        if request.lock_path is not None:
+            lock_fd = _take_group_lock(request.job, request.lock_path, self._stop_grace_s + _LOCK_MARGIN_S)
+        try:
+            with self._lock:
+                return self._launch(request, lock_fd)
+        finally:
+            if lock_fd is not None:
+                os.close(lock_fd)  # the workers hold their own copies of the lock now
+
+    def _launch(self, request: LaunchRequest, lock_fd: int | None) -> list[WorkerInfo]:
+        n, command = self._check_launchable(request)
+        old = self._groups.get(request.job)
+        if old is not None:
+            self._drop(request.job)  # exited: `_check_launchable` refuses a running one
+        try:
+            request.log_path.parent.mkdir(parents=True, exist_ok=True)
+            request.log_path.touch()
+        except OSError as exc:
+            raise LaunchError(f"job {request.job}: cannot write its log {request.log_path} ({exc})") from exc
+        slots = [s for s in range(len(self._devices)) if not self._slot_taken(s)][:n]
+        group = _Group(procs=[], workers=[], slots=slots)
+        port, log_lock = _free_port(), threading.Lock()
+        for rank, slot in enumerate(slots):
+            env = worker_env(
+                request.env,
+                rank=rank,
+                local_rank=rank,
+                world_size=n,
+                local_world_size=n,
+                master_addr="127.0.0.1",
+                master_port=port,
+                num_nodes=1,
+                cuda_visible_devices=self._devices[slot],
+            )
             try:
-                request.log_path.parent.mkdir(parents=True, exist_ok=True)
-                request.log_path.touch()
-            except OSError as exc:
-                raise LaunchError(f"job {request.job}: cannot write its log {request.log_path} ({exc})") from exc
-            slots = [s for s in range(len(self._devices)) if not self._slot_taken(s)][:n]
-            group = _Group(procs=[], workers=[], slots=slots)
-            base_env = _base_env(request.env)
-            port, log_lock = _free_port(), threading.Lock()
-            for rank, slot in enumerate(slots):
-                wiring = {
-                    "RANK": str(rank),
-                    "LOCAL_RANK": str(rank),
-                    "WORLD_SIZE": str(n),
-                    "LOCAL_WORLD_SIZE": str(n),
-                    "MASTER_ADDR": "127.0.0.1",
-                    "MASTER_PORT": str(port),
-                    "POLLUX_NUM_NODES": "1",
-                    "CUDA_VISIBLE_DEVICES": self._devices[slot],
-                }
-                try:
-                    self._start_worker(group, request, command, {**base_env, **wiring}, log_lock)
-                except (OSError, subprocess.SubprocessError) as exc:
-                    self._abort(group)
-                    raise LaunchError(f"job {request.job}: cannot start {command[0]!r} as rank {rank}: {exc}") from exc
-            self._groups[request.job] = group
-            return list(group.workers)
+                self._start_worker(group, request, command, env, log_lock, lock_fd)
+            except (OSError, subprocess.SubprocessError) as exc:
+                self._abort(group)
+                transient = isinstance(exc, OSError) and exc.errno in (errno.EAGAIN, errno.ENOMEM)  # out of processes
+                raise LaunchError(
+                    f"job {request.job}: cannot start {command[0]!r} as rank {rank}: {exc}", transient=transient
+                ) from exc
+        if lock_fd is not None:
+            _record_holders(lock_fd, group.workers)
+        self._groups[request.job] = group
+        return list(group.workers)
+
+    def _check_launchable(self, request: LaunchRequest) -> tuple[int, list[str]]:
+        """The number of workers and the resolved command, or the `LaunchError` saying why the job cannot start."""
+        if self._closed:
+            raise LaunchError(f"job {request.job}: the local launcher was shut down")
+        old = self._groups.get(request.job)
+        if old is not None and old.running():
+            raise LaunchError(
+                f"job {request.job}: its workers are still running (stop it and poll first)", transient=True
+            )
+        n = self._check_allocation(request, exclude=request.job)
+        try:
+            command = resolve_command(request.command, request.cwd, request.env.get("PATH"))
+        except LaunchError as exc:
+            raise LaunchError(f"job {request.job}: {exc}") from exc
+        return n, command
 
     def _start_worker(
         self,
@@ -274,18 +422,22 @@ class LocalLauncher:
         command: list[str],
         env: dict[str, str],
         log_lock: threading.Lock,
+        lock_fd: int | None,
     ) -> None:
-        """Start the next rank of `group` in its own session, dying with us, its output copied to the job's log."""
+        """Start the next rank of `group` in its own session, dying with us, holding the job's lock (if any), its
+        output copied to the job's log."""
         rank = len(group.procs)
+        argv, preexec_fn = die_with_parent(command)
         proc = subprocess.Popen(
-            command,
+            argv,
             cwd=request.cwd,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=die_with_parent_hook(),
+            pass_fds=() if lock_fd is None else (lock_fd,),
+            preexec_fn=preexec_fn,
         )
         group.procs.append(proc)
         group.codes.append(None)
@@ -366,47 +518,23 @@ class LocalLauncher:
     def _slot_taken(self, slot: int) -> bool:
         return any(slot in g.slots for g in self._groups.values())
 
-    def _check_allocation(self, request: LaunchRequest) -> int:
+    def _check_allocation(self, request: LaunchRequest, exclude: str) -> int:
+        """The number of workers the allocation asks for; the slots of `exclude`'s exited group count as free.
+        More slots than the node has is permanent; more than are free now is transient (other jobs hold them)."""
         alloc = request.allocation
         if len(alloc) != 1:
             raise LaunchError(
                 f"job {request.job}: allocation {alloc} names {len(alloc)} nodes; the local backend has one node"
             )
-        n, free = alloc[0], self.free_slots()
+        n, total = alloc[0], len(self._devices)
+        free = total - sum(len(g.slots) for job, g in self._groups.items() if job != exclude)
         if not 1 <= n <= free:
             raise LaunchError(
                 f"job {request.job}: allocation {alloc} asks for {n} {self._slot_kind.upper()} slots; "
-                f"{free} of {len(self._devices)} are free (need 1 to {free})"
+                f"{free} of {total} are free (need 1 to {free})",
+                transient=1 <= n <= total,
             )
         return n
-
-    def _resolve_command(self, request: LaunchRequest) -> list[str]:
-        """The command with its executable checked (before anything starts) and `python` made `sys.executable`."""
-        if not request.command:
-            raise LaunchError(f"job {request.job}: the command is empty (give the program to run and its arguments)")
-        if not request.cwd.is_dir():
-            raise LaunchError(
-                f"job {request.job}: working directory {request.cwd} does not exist (create it or fix the job's cwd)"
-            )
-        program, *args = request.command
-        if program in _PYTHON_NAMES:
-            return [sys.executable, *args]
-        if os.sep in program:
-            path = Path(program) if os.path.isabs(program) else request.cwd / program
-            if not (path.is_file() and os.access(path, os.X_OK)):
-                raise LaunchError(
-                    f"job {request.job}: executable {path} does not exist or is not executable "
-                    f"(fix the path or chmod +x it)"
-                )
-            return [str(path), *args]
-        search_path = request.env.get("PATH", os.environ.get("PATH"))
-        found = shutil.which(program, path=search_path)
-        if found is None:
-            raise LaunchError(
-                f"job {request.job}: executable {program!r} is not on PATH (install it, or give its full path "
-                "in the job's command)"
-            )
-        return [found, *args]
 
     def _collect(self, group: _Group) -> bool:
         """Record the codes of workers that exited since the last look; True if the first crash is among them."""
@@ -446,9 +574,10 @@ class LocalLauncher:
 
 def copy_lines(pipe: IO[bytes], log_path: Path, prefix: bytes, lock: threading.Lock) -> None:
     """Append a worker's output to the job's log line by line, each prefixed with its rank. The group's lock
-    keeps lines of different ranks whole; a final line without a newline gets one."""
+    keeps lines of different ranks whole; a final line without a newline gets one. A line longer than 64 KiB
+    (a progress bar redrawn with `\r` is one endless line) is written in pieces, so memory stays bounded."""
     with pipe, open(log_path, "ab") as log:
-        for line in iter(pipe.readline, b""):
+        for line in iter(functools.partial(pipe.readline, _LOG_LINE_MAX), b""):
             with lock:
                 log.write(prefix + (line if line.endswith(b"\n") else line + b"\n"))
                 log.flush()

@@ -12,6 +12,10 @@ Assumptions and guarantees:
   the same paths on every node, as any multi-node training expects.
 * The training subprocess dies with its actor (`PR_SET_PDEATHSIG = SIGTERM`): when the scheduler's driver dies,
   Ray kills its (non-detached) actors, their workers get SIGTERM, checkpoint and exit.
+* One live group per job, even across a scheduler crash: a job's placement group is named `pollux-<job>` and its
+  actors `pollux-<job>-<rank>` in the launcher's namespace. Ray removes a dead driver's groups once their actors
+  are gone; until then a launch of the job waits (up to the stop grace period), then fails as transient.
+  (`LaunchRequest.lock_path` is the local launcher's device; this one does not use it.)
 * An actor that dies under a running worker (its node was lost, it was killed) counts as a crash with code 137
   (`EXIT_LOST`, "killed"), so the scheduler retries the job from its last checkpoint.
 * GPUs may be Ray's own `GPU` resource (the actor takes `num_gpus=1`, Ray sets `CUDA_VISIBLE_DEVICES`) or a custom
@@ -26,12 +30,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,11 +45,13 @@ from pollux.errors import LaunchError, UnknownJobError
 from pollux.runtime.launcher import EXIT_STOPPED, LaunchRequest, WorkerInfo
 from pollux.runtime.local import (
     copy_lines,
-    die_with_parent_hook,
+    die_with_parent,
     exit_code,
     group_exit_code,
     process_start_ticks,
     reap_processes,
+    resolve_command,
+    worker_env,
 )
 
 if TYPE_CHECKING:
@@ -57,10 +62,11 @@ LOG = logging.getLogger(__name__)
 
 EXIT_LOST = 137  # a worker whose actor died (node lost, actor killed): reported as if SIGKILLed
 NODE_ID_LABEL = "ray.io/node-id"  # the label Ray gives every node, its hex node id
-_PYTHON_NAMES = ("python", "python3")
+GROUP_PREFIX = "pollux-"  # a job's placement group is GROUP_PREFIX + job; its actors GROUP_PREFIX + job-rank
 _ACTOR_CALL_TIMEOUT_S = 120.0  # starting a worker actor means starting a Python process on a possibly busy node
 _POLL_TIMEOUT_S = 30.0  # an actor that does not answer a poll this long is taken as still running
 _KILL_WAIT_S = 2.0  # how long an actor waits for its SIGKILLed worker to be collected
+_REMOVAL_POLL_S = 0.2  # how often a launch looks whether a previous driver's group of the job is gone
 
 
 @dataclass(frozen=True)
@@ -95,33 +101,33 @@ class _WorkerActor:
             s.bind(("", 0))
             return s.getsockname()[1]
 
-    def start(self, command: Sequence[str], env: Mapping[str, str], cwd: str, log_path: str, rank: int) -> _Started:
-        """Start the worker in its own session, dying with this actor, its output appended to the job's log."""
-        if not os.path.isdir(cwd):
-            return _Started(error=f"working directory {cwd} does not exist on this node (create it or fix the cwd)")
-        full_env = {**os.environ}
-        full_env.setdefault("OMP_NUM_THREADS", "1")
-        full_env["PYTHONUNBUFFERED"] = "1"
-        full_env.update(env)
-        program = _resolve_program(command[0], cwd, full_env.get("PATH"))
-        if program is None:
-            return _Started(
-                error=f"executable {command[0]!r} not found on this node (install it, or give its full path)"
-            )
+    def start(
+        self, command: Sequence[str], env: Mapping[str, str], wiring: Mapping[str, Any], cwd: str, log_path: str
+    ) -> _Started:
+        """Start the worker in its own session, dying with this actor, its output appended to the job's log.
+        `wiring` holds the keyword arguments of `pollux.runtime.local.worker_env`; the node's environment is
+        this actor's."""
+        full_env = worker_env(env, **wiring)
+        try:
+            resolved = resolve_command(command, Path(cwd), full_env.get("PATH"))
+        except LaunchError as exc:
+            return _Started(error=str(exc))
+        argv, preexec_fn = die_with_parent(resolved)
         try:
             Path(log_path).parent.mkdir(parents=True, exist_ok=True)
             self._proc = subprocess.Popen(
-                [program, *command[1:]],
+                argv,
                 cwd=cwd,
                 env=full_env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=die_with_parent_hook(),
+                preexec_fn=preexec_fn,
             )
         except (OSError, subprocess.SubprocessError) as exc:
-            return _Started(error=f"cannot start {program!r}: {exc}")
+            return _Started(error=f"cannot start {resolved[0]!r}: {exc}")
+        rank = wiring["rank"]
         self._reader = threading.Thread(
             target=copy_lines,
             args=(self._proc.stdout, Path(log_path), f"[rank {rank}] ".encode(), threading.Lock()),
@@ -155,17 +161,6 @@ class _WorkerActor:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(_KILL_WAIT_S)
         return self.poll()
-
-
-def _resolve_program(program: str, cwd: str, search_path: str | None) -> str | None:
-    """The executable to run, as this node sees it: `python` is the actor's own interpreter (the cluster's
-    environment, with torch and the agent); a path is taken relative to `cwd`; a bare name is looked up on PATH."""
-    if program in _PYTHON_NAMES:
-        return sys.executable
-    if os.sep in program:
-        path = os.path.join(cwd, program)
-        return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
-    return shutil.which(program, path=search_path)
 
 
 @dataclass
@@ -247,7 +242,8 @@ class RayLauncher:
 
     def launch(self, request: LaunchRequest) -> list[WorkerInfo]:
         """Reserve the allocation's GPUs on exactly its nodes, then start one worker per GPU; nothing of the job
-        is left behind (actors, placement group) if any part fails. An exited, unforgotten group is forgotten."""
+        is left behind (actors, placement group) if any part fails. An exited, unforgotten group is forgotten; a
+        dead driver's group of the job is waited for, up to the stop grace period (module docstring)."""
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -258,13 +254,16 @@ class RayLauncher:
             old = self._groups.get(request.job)
             if old is not None:
                 if old.running():
-                    raise LaunchError(f"job {request.job}: its workers are still running (stop it and poll first)")
+                    raise LaunchError(
+                        f"job {request.job}: its workers are still running (stop it and poll first)", transient=True
+                    )
                 self._drop(request.job)
             if not request.command:
                 raise LaunchError(
                     f"job {request.job}: the command is empty (give the program to run and its arguments)"
                 )
             nodes = self._check_allocation(request)
+            self._await_previous_group(request.job)
             pg = self._reserve(request.job, nodes)
             actors: list[ActorHandle] = []
             try:
@@ -274,15 +273,20 @@ class RayLauncher:
                 )
                 for rank in range(len(nodes)):
                     strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=rank)
-                    actors.append(
-                        worker_cls.options(
-                            num_cpus=0, max_restarts=0, scheduling_strategy=strategy, **gpu_options
-                        ).remote()
-                    )
+                    options = {"num_cpus": 0, "max_restarts": 0, "scheduling_strategy": strategy, **gpu_options}
+                    actors.append(worker_cls.options(name=f"{GROUP_PREFIX}{request.job}-{rank}", **options).remote())
                 workers = self._start_workers(request, nodes, actors)
+            except ValueError as exc:  # an actor name still taken: a previous driver's actor not cleaned up yet
+                self._release(actors, pg)
+                raise LaunchError(
+                    f"job {request.job}: an actor of its previous worker group is still alive ({exc}); retry later",
+                    transient=True,
+                ) from exc
             except (GetTimeoutError, RayActorError) as exc:
                 self._release(actors, pg)
-                raise LaunchError(f"job {request.job}: its worker actors did not start ({exc})") from exc
+                raise LaunchError(
+                    f"job {request.job}: its worker actors did not start ({exc})", transient=True
+                ) from exc
             except BaseException:
                 self._release(actors, pg)
                 raise
@@ -308,24 +312,58 @@ class RayLauncher:
         alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
         for i, gpus in enumerate(alloc):
             if gpus and self._node_ids[i] not in alive:
-                raise LaunchError(f"job {request.job}: node {i} (Ray node {self._node_ids[i]}) is no longer alive")
+                raise LaunchError(
+                    f"job {request.job}: node {i} (Ray node {self._node_ids[i]}) is not alive (restarting?)",
+                    transient=True,
+                )
         return [i for i, gpus in enumerate(alloc) for _ in range(gpus)]
+
+    def _await_previous_group(self, job: str) -> None:
+        """Wait up to the stop grace period for a placement group of the job that is not this launcher's (a dead
+        driver's: its workers got SIGTERM and may be checkpointing) to be removed; Ray removes it once that
+        driver's actors are gone. Still there → a transient `LaunchError`."""
+        from ray.util.placement_group import get_placement_group, placement_group_table
+
+        name = GROUP_PREFIX + job
+        deadline = time.monotonic() + self._stop_grace_s
+        while True:
+            try:
+                state = placement_group_table(get_placement_group(name)).get("state")
+            except ValueError:  # no group of that name (a removed one is no longer found by name)
+                return
+            if state == "REMOVED":
+                return
+            if time.monotonic() >= deadline:
+                raise LaunchError(
+                    f"job {job}: its previous worker group still holds the Ray placement group {name!r} ({state}; "
+                    "started by a scheduler that died, it is probably checkpointing); retry later",
+                    transient=True,
+                )
+            time.sleep(_REMOVAL_POLL_S)
 
     def _reserve(self, job: str, nodes: list[int]) -> PlacementGroup:
         """One bundle per rank, pinned to its node by label: all of them or none, within the placement timeout."""
+        from ray.exceptions import RaySystemError
         from ray.util.placement_group import placement_group, remove_placement_group
 
-        pg = placement_group(
-            [{self._gpu_resource: 1} for _ in nodes],
-            strategy="PACK",
-            bundle_label_selector=[{NODE_ID_LABEL: self._node_ids[i]} for i in nodes],
-        )
+        try:
+            pg = placement_group(
+                [{self._gpu_resource: 1} for _ in nodes],
+                strategy="PACK",
+                name=GROUP_PREFIX + job,
+                bundle_label_selector=[{NODE_ID_LABEL: self._node_ids[i]} for i in nodes],
+            )
+        except RaySystemError as exc:  # the name was taken since `_await_previous_group` looked
+            raise LaunchError(
+                f"job {job}: Ray refused its placement group ({exc}); retry later", transient=True
+            ) from exc
         if not pg.wait(self._placement_timeout_s):
             remove_placement_group(pg)
             wanted = {i: nodes.count(i) for i in sorted(set(nodes))}
             raise LaunchError(
                 f"job {job}: Ray could not reserve {self._gpu_resource} per node {wanted} within "
-                f"{self._placement_timeout_s:g} s (held by other jobs or other Ray users; see `ray status`)"
+                f"{self._placement_timeout_s:g} s (held by other jobs or other Ray users; see `ray status`)",
+                transient=True,
             )
         return pg
 
@@ -342,25 +380,21 @@ class RayLauncher:
                 )
         port = ray.get(actors[0].free_port.remote(), timeout=_ACTOR_CALL_TIMEOUT_S)
         local_ranks = [nodes[:rank].count(node) for rank, node in enumerate(nodes)]
-        common = {
-            "WORLD_SIZE": str(len(nodes)),
-            "MASTER_ADDR": places[0][1],
-            "MASTER_PORT": str(port),
-            "POLLUX_NUM_NODES": str(num_nodes_used(request.allocation)),
-        }
-        if self._gpu_resource != "GPU":
-            common["CUDA_VISIBLE_DEVICES"] = ""  # a virtual GPU: the worker must not grab a real one
         refs = []
         for rank, (actor, node) in enumerate(zip(actors, nodes, strict=True)):
-            env = {
-                **request.env,
-                **common,
-                "RANK": str(rank),
-                "LOCAL_RANK": str(local_ranks[rank]),
-                "LOCAL_WORLD_SIZE": str(request.allocation[node]),
-                "POLLUX_RAY_NODE_ID": places[rank][0],
+            wiring = {
+                "rank": rank,
+                "local_rank": local_ranks[rank],
+                "world_size": len(nodes),
+                "local_world_size": request.allocation[node],
+                "master_addr": places[0][1],
+                "master_port": port,
+                "num_nodes": num_nodes_used(request.allocation),
+                # a virtual GPU: the worker must not grab a real one; a `GPU` one is the one Ray gave the actor
+                "cuda_visible_devices": None if self._gpu_resource == "GPU" else "",
             }
-            refs.append(actor.start.remote(list(request.command), env, str(request.cwd), str(request.log_path), rank))
+            env = {**request.env, "POLLUX_RAY_NODE_ID": places[rank][0]}
+            refs.append(actor.start.remote(list(request.command), env, wiring, str(request.cwd), str(request.log_path)))
         started: list[_Started] = ray.get(refs, timeout=_ACTOR_CALL_TIMEOUT_S)
         for rank, s in enumerate(started):
             if s.error is not None:

@@ -18,11 +18,14 @@ PDEATHSIG); the HTTP API's threads only read the store and queue requests for th
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,7 @@ from pollux.runtime.store import FINAL, JobState, StateStore
 LOG = logging.getLogger("pollux.runtime")
 MAX_EXPLORED_GPUS = 64  # the simulator's bound on how far an adaptive job may grow (DESIGN.md)
 LOG_TAIL_LINES = 20
+KILL_WAIT_S = 30.0  # after SIGKILL, how long to wait for the processes to vanish before giving up on them
 
 
 @dataclass(frozen=True)
@@ -120,10 +124,10 @@ def job_view(
 
 
 @dataclass
-class _Runtime:
+class _JobLoopState:
     """What the loop thread knows about a job beyond the store (rebuilt after a restart)."""
 
-    not_before: float = 0.0  # crash back-off: not relaunched before this time
+    not_before: float = 0.0  # back-off after a crash or a failed launch: not relaunched before this (wall clock)
     report_mtime: float = 0.0
     report: JobReport | None = None
     reason: str = ""  # why it waits, from the last round
@@ -131,11 +135,16 @@ class _Runtime:
 
 @dataclass
 class _Requests:
-    """Work the API threads hand to the loop thread."""
+    """What the API threads hand to the loop thread (cancels go through the store: they must survive a crash)."""
 
-    cancel: set[str] = field(default_factory=set)
     shutdown: bool = False
     wake: bool = False
+
+
+def _crash_point(point: str) -> None:
+    """Crash-consistency tests set `POLLUX_TEST_CRASH_AT=<point>` to SIGKILL the scheduler exactly there."""
+    if os.environ.get("POLLUX_TEST_CRASH_AT") == point:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Service:
@@ -150,11 +159,12 @@ class Service:
         self.store = StateStore(config.database)
         avoid = bool(getattr(self.policy, "avoid_interference", False))
         self.scheduler = Scheduler(self.policy, _Backend(self), avoid_sharing=avoid)
-        self._runtime: dict[str, _Runtime] = {}
+        self._jobs: dict[str, _JobLoopState] = {}
         self._requests = _Requests()
         self._cond = threading.Condition()
         self._stopped = threading.Event()
-        self._next_round = 0.0
+        self._next_round = 0.0  # time.monotonic() of the next periodic round
+        self._last_views: list[JobView] = []  # what the last round showed the policy
         self.rounds = 0
 
     # -- API side (any thread) --------------------------------------------------------------------------------
@@ -170,13 +180,10 @@ class Service:
         return state
 
     def cancel(self, name: str) -> JobState:
-        """Stop a job for good (its workers checkpoint first); a finished job stays as it is."""
-        state = self.store.job(name)
-        if state.status not in FINAL:
-            with self._cond:
-                self._requests.cancel.add(name)
-                self._requests.wake = True
-                self._cond.notify_all()
+        """Stop a job for good (its workers checkpoint first). The request is stored before this returns, so a
+        shutdown or a crash of the scheduler cannot lose it; a finished job stays as it is."""
+        state = self.store.request_cancel(name, self.clock())
+        self._wake()
         return state
 
     def request_shutdown(self) -> None:
@@ -189,13 +196,17 @@ class Service:
         return self._stopped.wait(timeout)
 
     def reason(self, name: str) -> str:
-        runtime = self._runtime.get(name)
-        return runtime.reason if runtime else ""
+        """Why a pending job waits (the policy's word, or its back-off)."""
+        job = self._jobs.get(name)
+        return job.reason if job else ""
 
     def _wake(self) -> None:
         with self._cond:
             self._requests.wake = True
             self._cond.notify_all()
+
+    def _job(self, name: str) -> _JobLoopState:
+        return self._jobs.setdefault(name, _JobLoopState())
 
     # -- the loop (one thread) --------------------------------------------------------------------------------
     def run(self) -> None:
@@ -204,7 +215,7 @@ class Service:
             self.recover()
             while self.step():
                 with self._cond:
-                    if not (self._requests.wake or self._requests.shutdown or self._requests.cancel):
+                    if not (self._requests.wake or self._requests.shutdown):
                         self._cond.wait(self.config.tick_s)
             self._stop_all("scheduler shut down; resumes at the next `pollux up`")
         finally:
@@ -212,19 +223,24 @@ class Service:
             self._stopped.set()
 
     def step(self) -> bool:
-        """One pass of the loop: queued cancels, exited groups, and a round when one is due or something changed.
-        False once a shutdown was requested."""
+        """One pass of the loop: cancels, exited groups, and a round when one is due or something changed.
+        An error in one pass is logged and the loop goes on (the service must outlive a bad round). False once a
+        shutdown was requested."""
         with self._cond:
             requests, self._requests = self._requests, _Requests(shutdown=self._requests.shutdown)
         if requests.shutdown:
             return False
-        now = self.clock()
-        for name in sorted(requests.cancel):
-            self._cancel(name, now)
-        changed = self.watch(now)
-        if changed or requests.wake or requests.cancel or now >= self._next_round:
-            self.schedule(self.clock())
-            self._next_round = self.clock() + self.config.interval_s
+        try:
+            now = self.clock()
+            cancelled = self._handle_cancels(now)
+            changed = self.watch(now)
+            if changed or cancelled or requests.wake or time.monotonic() >= self._next_round:
+                self.schedule(self.clock())
+                self._next_round = time.monotonic() + self.config.interval_s
+            self._wake_for_retries()
+        except Exception:
+            LOG.exception("scheduling pass failed; the service goes on and retries")
+            self._next_round = time.monotonic() + min(self.config.interval_s, 5.0)
         return True
 
     def recover(self) -> None:
@@ -233,27 +249,27 @@ class Service:
         stray = [worker for _, worker in self.store.workers()]
         alive = self.launcher.reap(stray) if stray else 0
         for state in self.store.jobs(include_finished=False):
-            self._runtime.setdefault(state.name, _Runtime())
-            if state.status in ("running", "stopping"):
+            if state.cancel_requested:
+                self.store.record_exit(state.name, "cancelled", now, "cancelled by the user")
+            elif state.status == "running":
                 self.store.record_exit(
                     state.name, "pending", now, f"scheduler restarted; {alive} stray worker(s) stopped; resumes"
                 )
-            elif state.attempts:
-                # a crashed job keeps its back-off across restarts of the scheduler
-                self._runtime[state.name].not_before = state.updated_at + self._backoff(state.attempts)
+            elif state.attempts:  # a crashed job keeps its back-off across restarts of the scheduler
+                self._job(state.name).not_before = state.updated_at + self._backoff(state.attempts)
         if stray:
             LOG.info("recovered: %d recorded worker(s), %d still alive and stopped", len(stray), alive)
 
     def schedule(self, now: float) -> None:
-        """One round of the policy; decisions are applied by `_Backend.apply`."""
+        """One round of the policy; `_Backend.apply` carries out its decisions."""
         self._read_reports(now)
         result = self.scheduler.step(now)
         self.rounds += 1
-        for name, runtime in self._runtime.items():
-            runtime.reason = result.reasons.get(name, "")
+        for view in self._last_views:
+            self._job(view.name).reason = result.reasons.get(view.name, "")
 
     def watch(self, now: float) -> bool:
-        """Handle worker groups that exited; True if any did (the next round should come early)."""
+        """Settle worker groups that exited; True if any did (the next round should come early)."""
         changed = False
         for state in self.store.jobs(include_finished=False):
             if state.status != "running":
@@ -261,73 +277,89 @@ class Service:
             try:
                 code = self.launcher.poll(state.name)
             except UnknownJobError:  # the launcher never had it (cannot happen after recover): relaunch it
-                self._exited(state, EXIT_STOPPED, now, requested="lost by the launcher; relaunching")
+                self._settle(state.name, EXIT_STOPPED, now, stop_reason="lost by the launcher; relaunching")
                 changed = True
                 continue
             if code is None:
                 continue
             self._read_report(state.name, now)
             self.launcher.forget(state.name)
-            self._exited(state, code, now)
+            self._settle(state.name, code, now)
             changed = True
         self._read_reports(now)
         return changed
 
+    def _wake_for_retries(self) -> None:
+        """Bring the next round forward to the earliest end of a back-off, so retries come when promised."""
+        now = self.clock()
+        waits = [job.not_before - now for job in self._jobs.values() if job.not_before > now]
+        if waits:
+            self._next_round = min(self._next_round, time.monotonic() + min(waits))
+
     # -- transitions ------------------------------------------------------------------------------------------
-    def _exited(self, state: JobState, code: int, now: float, requested: str = "") -> None:
-        """Record why a group is gone; `requested` says why the scheduler stopped it (empty: it was not asked)."""
-        name = state.name
+    def _settle(self, name: str, code: int, now: float, stop_reason: str = "") -> None:
+        """The one place where a group's exit code becomes the job's next status. `stop_reason` says why the
+        scheduler stopped it (empty: nobody asked it to stop)."""
+        state = self.store.job(name)
         if code == 0:
             self.store.record_exit(name, "completed", now, "training script finished")
-        elif code == EXIT_STOPPED or requested:
-            self.store.record_exit(name, "pending", now, requested or "stopped by a SIGTERM from outside the scheduler")
+        elif state.cancel_requested:
+            self.store.record_exit(name, "cancelled", now, "cancelled by the user")
+        elif code == EXIT_STOPPED or stop_reason:
+            self.store.record_exit(name, "pending", now, stop_reason or "stopped by a SIGTERM from outside Pollux")
         else:
-            attempts = self.store.count_attempt(name, now)
-            tail = self._log_tail(name)
+            attempts, tail = state.attempts + 1, self._log_tail(name)
+            error = f"exit {code}\n{tail}"
             if attempts >= self.config.max_attempts:
-                self.store.record_exit(
-                    name, "failed", now, f"crashed {attempts} times (exit {code})", error=f"exit {code}\n{tail}"
-                )
+                reason = f"crashed {attempts} times (last exit {code})"
+                self.store.record_exit(name, "failed", now, reason, error=error, crashed=True)
             else:
                 delay = self._backoff(attempts)
-                self._runtime.setdefault(name, _Runtime()).not_before = now + delay
-                self.store.record_exit(
-                    name,
-                    "pending",
-                    now,
+                self._job(name).not_before = now + delay
+                reason = (
                     f"crashed (exit {code}); retry {attempts}/{self.config.max_attempts - 1} from its checkpoint "
-                    f"in {delay:.0f} s",
-                    error=f"exit {code}\n{tail}",
+                    f"in {delay:.0f} s"
                 )
-        LOG.info("job %s exited with %d", name, code)
+                self.store.record_exit(name, "pending", now, reason, error=error, crashed=True)
+        LOG.info("job %s: exit %d", name, code)
 
     def _backoff(self, attempts: int) -> float:
         return self.config.backoff_s * 2.0 ** max(attempts - 1, 0)
 
     def _stop(self, names: Sequence[str]) -> dict[str, int]:
-        """SIGTERM the groups, wait for their checkpoints (SIGKILL past the grace period); their exit codes."""
+        """SIGTERM the groups and wait for their checkpoints; SIGKILL past the grace period; their exit codes.
+        A group still alive long after SIGKILL (a process stuck in the kernel) is given up on with code 137."""
         for name in names:
             self.launcher.stop(name)
-        deadline = time.monotonic() + self.config.stop_grace_s
+        grace_end = time.monotonic() + self.config.stop_grace_s
+        give_up = grace_end + KILL_WAIT_S
         codes: dict[str, int] = {}
         killed = False
         while len(codes) < len(names):
             for name in names:
                 if name not in codes and (code := self.launcher.poll(name)) is not None:
                     codes[name] = code
-            if len(codes) < len(names):
-                if time.monotonic() > deadline and not killed:
-                    for name in names:
-                        if name not in codes:
-                            LOG.warning("job %s did not stop within %.0f s; killing it", name, self.config.stop_grace_s)
-                            self.launcher.kill(name)
-                    killed = True
+            waiting = [name for name in names if name not in codes]
+            if waiting and time.monotonic() > grace_end and not killed:
+                for name in waiting:
+                    LOG.warning("job %s did not stop within %.0f s; killing it", name, self.config.stop_grace_s)
+                    self.launcher.kill(name)
+                killed = True
+            elif waiting and time.monotonic() > give_up:
+                for name in waiting:
+                    LOG.error("job %s: workers survive SIGKILL; giving up on them", name)
+                    codes[name] = 137
+            elif waiting:
                 time.sleep(0.05)
         for name in names:
-            self.launcher.forget(name)
+            with contextlib.suppress(RuntimeError):  # a group given up on stays known to the launcher
+                self.launcher.forget(name)
         return codes
 
     def _launch(self, name: str, allocation: Allocation, now: float) -> None:
+        """Start the job's workers at `allocation` and record them in one transaction. A launch that may work
+        later (GPUs still held, the previous group still exiting) backs off; one that cannot (no such program)
+        fails the job."""
         state = self.store.job(name)
         spec = JobSpec.from_json_dict(state.spec)
         checkpoint_dir = spec.checkpoint_dir or self.config.job_dir(name) / "checkpoints"
@@ -342,33 +374,38 @@ class Service:
                 "POLLUX_CHECKPOINT_DIR": str(checkpoint_dir),
                 "POLLUX_REPORT_PATH": str(self.config.report_path(name)),
             },
+            lock_path=self.config.job_dir(name) / "group.lock",
         )
         launched_before = any(status == "running" for _, status, _ in self.store.history(name))
         try:
             workers = self.launcher.launch(request)
         except LaunchError as error:
-            self.store.record_exit(name, "failed", now, "could not launch", error=str(error))
             LOG.warning("job %s: %s", name, error)
+            if getattr(error, "transient", False):
+                self._job(name).not_before = now + self.config.backoff_s
+                self.store.record_exit(name, "pending", now, f"could not launch yet ({error}); retrying")
+            else:
+                self.store.record_exit(name, "failed", now, "could not launch", error=str(error))
             return
+        _crash_point("after-launch")
         self.store.record_launch(name, allocation, workers, now, restart=launched_before)
 
-    def _cancel(self, name: str, now: float) -> None:
-        state = self.store.job(name)
-        if state.status in FINAL:
-            return
-        if state.status == "running":
-            self._stop([name])
-        self.store.record_exit(name, "cancelled", self.clock(), "cancelled by the user")
+    def _handle_cancels(self, now: float) -> bool:
+        """Carry out stored cancel requests: stop the job if it runs (it checkpoints), then mark it cancelled."""
+        wanted = [s for s in self.store.jobs(include_finished=False) if s.cancel_requested]
+        running = [s.name for s in wanted if s.status == "running"]
+        codes = self._stop(running) if running else {}
+        for state in wanted:
+            self._settle(state.name, codes.get(state.name, EXIT_STOPPED), self.clock(), stop_reason="cancelled")
+        return bool(wanted)
 
     def _stop_all(self, reason: str) -> None:
+        """Stop every running job (each checkpoints) and leave it pending for the next service."""
+        self._handle_cancels(self.clock())
         running = [s.name for s in self.store.jobs(include_finished=False) if s.status == "running"]
         codes = self._stop(running)
-        now = self.clock()
         for name in running:
-            if codes[name] == 0:
-                self.store.record_exit(name, "completed", now, "training script finished")
-            else:
-                self.store.record_exit(name, "pending", now, reason)
+            self._settle(name, codes[name], self.clock(), stop_reason=reason)
 
     # -- reports ----------------------------------------------------------------------------------------------
     def _read_reports(self, now: float) -> None:
@@ -377,28 +414,29 @@ class Service:
                 self._read_report(state.name, now)
 
     def _read_report(self, name: str, now: float) -> None:
+        """Take the job's report file into memory and the store when it changed since the last look."""
         path = self.config.report_path(name)
-        runtime = self._runtime.setdefault(name, _Runtime())
+        job = self._job(name)
         try:
             mtime = path.stat().st_mtime
         except FileNotFoundError:
             return
-        if mtime == runtime.report_mtime:
+        if mtime == job.report_mtime:
             return
-        runtime.report_mtime = mtime
+        job.report_mtime = mtime
         try:
             report = read_report(path)
         except ReportError as error:
             LOG.warning("job %s: ignoring its report: %s", name, error)
             return
-        runtime.report = report
+        job.report = report
         self.store.record_report(name, report.to_json_dict(), now)
 
     def report(self, name: str) -> JobReport | None:
         """The job's last report: in memory, or from the store after a restart."""
-        runtime = self._runtime.get(name)
-        if runtime is not None and runtime.report is not None:
-            return runtime.report
+        job = self._jobs.get(name)
+        if job is not None and job.report is not None:
+            return job.report
         stored = self.store.report(name)
         if stored is None:
             return None
@@ -413,9 +451,6 @@ class Service:
         except FileNotFoundError:
             return "(no log)"
         return "\n".join(lines[-LOG_TAIL_LINES:])
-
-    def close(self) -> None:
-        self.store.close()
 
 
 class _Backend:
@@ -432,19 +467,24 @@ class _Backend:
         service = self.service
         views = []
         for state in service.store.jobs(include_finished=False):
-            runtime = service._runtime.setdefault(state.name, _Runtime())
-            if state.status == "pending" and now < runtime.not_before:
-                runtime.reason = f"crashed; retry in {runtime.not_before - now:.0f} s"
+            job = service._job(state.name)
+            if state.cancel_requested:
+                continue
+            if state.status == "pending" and now < job.not_before:
+                job.reason = f"backing off; retry in {job.not_before - now:.0f} s"
                 continue
             spec = JobSpec.from_json_dict(state.spec)
             service_gpu_s = service.store.attained_service(state.name, now)
             views.append(job_view(spec, state, service.report(state.name), self.cluster, service_gpu_s))
+        service._last_views = views
         return views
 
     def apply(self, decisions: Sequence[Decision], now: float) -> None:
         service = self.service
         moving = {d.job: d for d in decisions if d.kind in ("stop", "resize")}
         codes = service._stop(list(moving)) if moving else {}
+        if codes:
+            _crash_point("after-stop")
         for name, code in codes.items():
             decision = moving[name]
             why = (
@@ -452,10 +492,11 @@ class _Backend:
                 if decision.kind == "resize"
                 else "preempted after checkpointing"
             )
-            service._exited(service.store.job(name), code, service.clock(), requested=why)
+            service._settle(name, code, service.clock(), stop_reason=why)
         for decision in decisions:
             if decision.kind == "stop" or num_gpus(decision.allocation) == 0:
                 continue
-            if service.store.job(decision.job).status in FINAL:
-                continue  # it finished while being stopped for a resize
+            state = service.store.job(decision.job)
+            if state.status in FINAL or state.cancel_requested:
+                continue  # it finished, or was cancelled, while being stopped for a resize
             service._launch(decision.job, decision.allocation, service.clock())

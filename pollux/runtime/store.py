@@ -19,7 +19,7 @@ from pollux.errors import SpecError, UnknownJobError
 from pollux.runtime.launcher import WorkerInfo
 from pollux.runtime.spec import JobSpec
 
-STATUSES = ("pending", "running", "stopping", "completed", "failed", "cancelled")
+STATUSES = ("pending", "running", "completed", "failed", "cancelled")
 FINAL = frozenset({"completed", "failed", "cancelled"})
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -31,6 +31,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     allocation TEXT NOT NULL DEFAULT '[]',
     restarts INTEGER NOT NULL DEFAULT 0,
     attempts INTEGER NOT NULL DEFAULT 0,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
     last_error TEXT
 );
 CREATE TABLE IF NOT EXISTS status_history (
@@ -74,7 +75,8 @@ class JobState:
     updated_at: float
     allocation: tuple[int, ...]
     restarts: int
-    attempts: int
+    attempts: int  # crashed launches so far (the retry limit counts these)
+    cancel_requested: bool  # a user cancelled it; the scheduler has not yet stopped it
     last_error: str | None
 
 
@@ -140,37 +142,14 @@ class StateStore:
         states = [self._state(r) for r in rows]
         return states if include_finished else [s for s in states if s.status not in FINAL]
 
-    def set_status(self, name: str, status: str, now: float, reason: str = "", error: str | None = None) -> None:
-        """Move a job to `status`; a finished job never changes again."""
-        if status not in STATUSES:
-            raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+    def request_cancel(self, name: str, now: float) -> JobState:
+        """Remember that the user cancelled the job (durably: a scheduler restarted before it acted still does)."""
         with self.transaction() as db:
             current = self._status(db, name)
-            if current in FINAL:
-                raise SpecError(f"job {name!r} is already {current}; it cannot become {status}")
-            db.execute(
-                "UPDATE jobs SET status = ?, updated_at = ?, last_error = COALESCE(?, last_error) WHERE name = ?",
-                (status, now, error, name),
-            )
-            db.execute("INSERT INTO status_history VALUES (?, ?, ?, ?)", (name, now, status, reason))
-            self._event(db, now, name, "status", {"from": current, "to": status, "reason": reason})
-
-    def set_allocation(self, name: str, allocation: tuple[int, ...], now: float, restart: bool) -> None:
-        """Record the GPUs per node a job now holds; `restart` counts a relaunch at a new size or place."""
-        with self.transaction() as db:
-            self._status(db, name)
-            db.execute(
-                "UPDATE jobs SET allocation = ?, updated_at = ?, restarts = restarts + ? WHERE name = ?",
-                (json.dumps(list(allocation)), now, int(restart), name),
-            )
-            self._event(db, now, name, "allocation", {"allocation": list(allocation), "restart": restart})
-
-    def count_attempt(self, name: str, now: float) -> int:
-        """One more launch attempt (crash retries back off on this count); returns the new count."""
-        with self.transaction() as db:
-            self._status(db, name)
-            db.execute("UPDATE jobs SET attempts = attempts + 1, updated_at = ? WHERE name = ?", (now, name))
-            return int(db.execute("SELECT attempts FROM jobs WHERE name = ?", (name,)).fetchone()[0])
+            if current not in FINAL:
+                db.execute("UPDATE jobs SET cancel_requested = 1, updated_at = ? WHERE name = ?", (now, name))
+                self._event(db, now, name, "cancel requested", {})
+        return self.job(name)
 
     def record_launch(
         self, name: str, allocation: tuple[int, ...], workers: list[WorkerInfo], now: float, restart: bool
@@ -195,17 +174,22 @@ class StateStore:
                 db.execute("INSERT INTO status_history VALUES (?, ?, 'running', ?)", (name, now, "launched"))
             self._event(db, now, name, "allocation", {"allocation": list(allocation), "restart": restart})
 
-    def record_exit(self, name: str, status: str, now: float, reason: str, error: str | None = None) -> None:
-        """A worker group is gone: the job holds no GPUs and no workers, and moves to `status`, atomically."""
+    def record_exit(
+        self, name: str, status: str, now: float, reason: str, error: str | None = None, crashed: bool = False
+    ) -> None:
+        """A worker group is gone (or never started): the job holds no GPUs and no workers and moves to `status`;
+        `crashed` counts one more crashed attempt. One transaction; a finished job never changes again."""
         if status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
         with self.transaction() as db:
             current = self._status(db, name)
+            if current in FINAL:
+                raise SpecError(f"job {name!r} is already {current}; it cannot become {status}")
             db.execute("DELETE FROM workers WHERE job = ?", (name,))
             db.execute(
-                "UPDATE jobs SET status = ?, allocation = '[]', updated_at = ?, last_error = COALESCE(?, last_error) "
-                "WHERE name = ?",
-                (status, now, error, name),
+                "UPDATE jobs SET status = ?, allocation = '[]', updated_at = ?, last_error = COALESCE(?, last_error), "
+                "attempts = attempts + ? WHERE name = ?",
+                (status, now, error, int(crashed), name),
             )
             db.execute("INSERT INTO status_history VALUES (?, ?, ?, ?)", (name, now, status, reason))
             self._event(db, now, name, "allocation", {"allocation": [], "restart": False})
@@ -285,5 +269,6 @@ class StateStore:
             allocation=tuple(json.loads(row["allocation"])),
             restarts=row["restarts"],
             attempts=row["attempts"],
+            cancel_requested=bool(row["cancel_requested"]),
             last_error=row["last_error"],
         )

@@ -80,3 +80,59 @@ def wait_for(condition: Callable[[], object], timeout: float = 60.0, what: str =
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether the process exists and is not a zombie (state field of /proc/<pid>/stat)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] not in "ZX"
+
+
+# Worker scripts of the launcher tests: each gets the test's folder as argv[1] and leaves its traces there.
+
+# Writes env-<rank>.json: the torchrun wiring, its pid, start time, session, cwd, interpreter and parent-death signal.
+ENV_DUMP = """
+    import ctypes, json, os, sys
+    keys = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "POLLUX_NUM_NODES",
+            "POLLUX_RAY_NODE_ID", "CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "FROM_REQUEST"]
+    stat = open("/proc/self/stat").read()
+    pdeathsig = ctypes.c_int()
+    ctypes.CDLL(None).prctl(2, ctypes.byref(pdeathsig), 0, 0, 0)  # PR_GET_PDEATHSIG
+    info = {k: os.environ.get(k) for k in keys}
+    info.update(pid=os.getpid(), own_session=os.getsid(0) == os.getpid(), cwd=os.getcwd(), executable=sys.executable,
+                start_ticks=int(stat[stat.rfind(")") + 2:].split()[19]), pdeathsig=pdeathsig.value)
+    open(os.path.join(sys.argv[1], f"env-{os.environ['RANK']}.json"), "w").write(json.dumps(info))
+    print("hello from", os.environ["RANK"])
+"""
+
+# Waits for SIGTERM (at most 60 s), then leaves a marker and exits 143 as the agent does after checkpointing.
+TERM_WAITER = """
+    import os, signal, sys, time
+    out, rank = sys.argv[1], os.environ["RANK"]
+    def on_term(signum, frame):
+        open(os.path.join(out, f"term-{rank}"), "w").write("ok")
+        sys.exit(143)
+    signal.signal(signal.SIGTERM, on_term)
+    open(os.path.join(out, f"ready-{rank}"), "w").write(str(os.getpid()))
+    for _ in range(600):
+        time.sleep(0.1)
+"""
+
+# Rank 1 starts a helper process and sleeps; rank 0 crashes with 3 once rank 1 and its helper are up.
+CRASH = """
+    import os, subprocess, sys, time
+    out, rank = sys.argv[1], os.environ["RANK"]
+    if rank == "1":
+        helper = subprocess.Popen(["sleep", "60"])
+        open(os.path.join(out, "helper.tmp"), "w").write(str(helper.pid))
+        os.rename(os.path.join(out, "helper.tmp"), os.path.join(out, "helper"))
+        time.sleep(60)
+    else:
+        for _ in range(600):
+            if os.path.exists(os.path.join(out, "helper")):
+                sys.exit(3)
+            time.sleep(0.05)
+"""

@@ -14,7 +14,7 @@ import pytest
 from runtime_jobs import wait_for, write_spec
 
 from pollux.errors import ServiceError
-from pollux.runtime.api import ApiServer, Client, ensure_token, write_endpoint
+from pollux.runtime.api import ApiServer, Client, write_endpoint, write_token
 from pollux.runtime.local import LocalLauncher
 from pollux.runtime.service import Service, ServiceConfig
 
@@ -23,7 +23,7 @@ from pollux.runtime.service import Service, ServiceConfig
 def api(tmp_path: Path) -> Iterator[Client]:
     config = ServiceConfig(state_dir=tmp_path / "state", policy="fifo", interval_s=0.5, tick_s=0.05)
     service = Service(config, LocalLauncher(2, stop_grace_s=5.0))
-    server = ApiServer(service, ensure_token(config.state_dir))
+    server = ApiServer(service, write_token(config.state_dir))
     server.start()
     write_endpoint(config.state_dir, server.url)
     loop = threading.Thread(target=service.run, daemon=True)
@@ -53,6 +53,22 @@ def test_the_token_file_is_private_and_every_route_needs_the_token(api):
         status, body = raw_request(api, "/v1/jobs", token)
         assert status == 401 and "token" in body["error"] and str(api.state_dir) in body["error"]
     assert raw_request(api, "/v1/jobs", api.token)[0] == 200
+    assert api.health()["ok"]
+
+
+def test_oversized_or_malformed_bodies_are_refused_before_they_are_read(api):
+    import http.client
+
+    host, port = api.url.removeprefix("http://").split(":")
+    for length in ("-1", "abc", str(10**9)):
+        connection = http.client.HTTPConnection(host, int(port), timeout=10)
+        connection.putrequest("POST", "/v1/jobs")
+        connection.putheader("Authorization", f"Bearer {api.token}")
+        connection.putheader("Content-Length", length)
+        connection.endheaders()
+        response = connection.getresponse()
+        assert response.status == 413 and "body must be" in json.loads(response.read())["error"]
+        connection.close()
     assert api.health()["ok"]
 
 
@@ -92,6 +108,6 @@ def test_a_client_without_a_service_says_how_to_start_one(tmp_path):
         Client(tmp_path / "empty")
     (tmp_path / "stale").mkdir()
     write_endpoint(tmp_path / "stale", "http://127.0.0.1:9")
-    ensure_token(tmp_path / "stale")
+    write_token(tmp_path / "stale")
     with pytest.raises(ServiceError, match="does not answer"):
         Client(tmp_path / "stale", timeout_s=2).jobs()

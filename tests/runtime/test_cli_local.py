@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -31,7 +32,7 @@ def pollux(*args: str, check: bool = True, timeout: float = 120) -> subprocess.C
 class Up:
     """`pollux up` in a child process, with its own state dir."""
 
-    def __init__(self, state: Path, *args: str) -> None:
+    def __init__(self, state: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.state = state
         self.log = (state.parent / f"up-{len(list(state.parent.glob('up-*')))}.log").open("w")
         self.process = subprocess.Popen(
@@ -39,9 +40,17 @@ class Up:
             cwd=REPO,
             stdout=self.log,
             stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
         )
-        wait_for(lambda: (state / "endpoint.json").exists() or self.process.poll() is not None, 60, "pollux up")
+        wait_for(lambda: self.serving() or self.process.poll() is not None, 60, "pollux up")
         assert self.process.poll() is None, Path(self.log.name).read_text()
+
+    def serving(self) -> bool:
+        """This process wrote the endpoint (a killed predecessor's stale file does not count)."""
+        try:
+            return json.loads((self.state / "endpoint.json").read_text())["pid"] == self.process.pid
+        except (FileNotFoundError, json.JSONDecodeError, KeyError):
+            return False
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return pollux(*args, "--state-dir", str(self.state), check=check)
@@ -105,36 +114,79 @@ def test_three_example_jobs_grow_shrink_and_complete_under_pollux(tmp_path, stat
         up.down()
 
 
+def check_resumed_once_without_duplicates(
+    state: Path, store: StateStore, names: tuple[str, ...], steps: int, resumed: bool = True
+) -> None:
+    for name in names:
+        folder = state / "jobs" / name / "checkpoints"
+        assert not (folder / "DUPLICATE").exists(), f"{name} had two live worker groups"
+        assert int((folder / "step").read_text()) == steps
+        if not resumed:
+            continue
+        starts = [int(line.split("step=")[1]) for line in (folder / "starts.txt").read_text().splitlines()]
+        assert len(starts) >= 2 and starts[0] == 0 and starts[-1] > 0, starts
+        reasons = [reason for _, status, reason in store.history(name) if status == "pending"]
+        assert any("scheduler restarted" in reason for reason in reasons)
+    assert not store.workers()
+
+
 def test_a_scheduler_killed_with_sigkill_loses_no_job_and_duplicates_no_worker(tmp_path, state, counter_job):
     names = ("left", "right")
     specs = [write_spec(counter_job.parent, name, "--steps 200 --step-s 0.04", gpus=2) for name in names]
     up = Up(state, "--slots", "4", "--policy", "fifo", "--interval", "1")
-    for spec in specs:
-        up.cli("submit", str(spec))
     store = store_of(state)
-    wait_for(lambda: all(job.status == "running" for job in store.jobs()), 60, "both jobs to run")
-    steps = [state / "jobs" / name / "checkpoints" / "step" for name in names]
-    wait_for(lambda: all(path.exists() for path in steps), 30, "first steps")
-    old_pids = [worker.pid for _, worker in store.workers()]
-    assert len(old_pids) == 4
-    up.kill()
-    # the orphaned workers got SIGTERM from the kernel (PDEATHSIG), checkpointed, and exited
-    wait_for(lambda: not any(pid_alive(pid) for pid in old_pids), 30, "the old workers to exit")
-    second = Up(state, "--slots", "4", "--policy", "fifo", "--interval", "1")
+    second = None
     try:
+        for spec in specs:
+            up.cli("submit", str(spec))
+        wait_for(lambda: all(job.status == "running" for job in store.jobs()), 60, "both jobs to run")
+        steps = [state / "jobs" / name / "checkpoints" / "step" for name in names]
+        wait_for(lambda: all(path.exists() for path in steps), 30, "first steps")
+        old_pids = [worker.pid for _, worker in store.workers()]
+        assert len(old_pids) == 4
+        up.kill()
+        # restart at once: the old workers (SIGTERM from the kernel, PDEATHSIG) may still be checkpointing
+        second = Up(state, "--slots", "4", "--policy", "fifo", "--interval", "1")
         wait_for(lambda: all(job.status == "completed" for job in store.jobs()), 120, "both jobs to complete")
-        for name, path in zip(names, steps, strict=True):
-            folder = path.parent
-            assert not (folder / "DUPLICATE").exists(), f"{name} had two live worker groups"
-            assert int(path.read_text()) == 200
-            starts = [int(line.split("step=")[1]) for line in (folder / "starts.txt").read_text().splitlines()]
-            assert len(starts) == 2 and starts[0] == 0 and starts[1] > 0, starts
-            reasons = [reason for _, status, reason in store.history(name) if status == "pending"]
-            assert any("scheduler restarted" in reason for reason in reasons)
-        assert not store.workers()
+        assert not any(pid_alive(pid) for pid in old_pids)
+        check_resumed_once_without_duplicates(state, store, names, 200)
     finally:
         store.close()
-        second.down()
+        up.kill() if up.process.poll() is None else None
+        if second is not None:
+            second.down()
+
+
+@pytest.mark.parametrize("point", ["after-launch", "after-stop"])
+def test_a_scheduler_killed_between_two_writes_loses_and_duplicates_nothing(tmp_path, state, counter_job, point):
+    """`after-launch`: the first job's workers started but not yet recorded. `after-stop` (mid-round): the second
+    job's arrival makes pollux shrink the first from 2 GPUs to 1; its old group has checkpointed and exited, but
+    neither the exit nor the new group is recorded."""
+    names = ("first", "second")
+    specs = [write_spec(counter_job.parent, name, "--steps 150 --step-s 0.04", gpus=1) for name in names]
+    policy = ("--policy", "pollux", "--restart-delay", "0")
+    up = Up(state, "--slots", "2", "--interval", "1", *policy, env={"POLLUX_TEST_CRASH_AT": point})
+    store = store_of(state)
+    second = None
+    try:
+        up.cli("submit", str(specs[0]))
+        if point == "after-stop":
+            wait_for(lambda: store.job("first").allocation == (2,), 60, "the first job on both slots")
+            up.cli("submit", str(specs[1]))
+        assert up.process.wait(60) == -signal.SIGKILL  # it died at the crash point
+        second = Up(state, "--slots", "2", "--interval", "1", "--policy", "fifo")
+        if point == "after-launch":
+            second.cli("submit", str(specs[1]))
+        wait_for(lambda: all(job.status == "completed" for job in store.jobs()), 120, "the jobs to complete")
+        # after-launch: the unrecorded group may have died before its first step; after-stop: it had run
+        check_resumed_once_without_duplicates(state, store, names, 150, resumed=False)
+        if point == "after-stop":
+            starts = (state / "jobs" / "first" / "checkpoints" / "starts.txt").read_text().splitlines()
+            assert len(starts) >= 2 and int(starts[-1].split("step=")[1]) > 0, starts
+    finally:
+        store.close()
+        if second is not None:
+            second.down()
 
 
 def test_up_refuses_a_second_service_and_a_public_bind(tmp_path, state):

@@ -10,58 +10,19 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from runtime_jobs import CRASH, ENV_DUMP, TERM_WAITER, pid_alive, wait_for
 
 from pollux.agent.report import read_report
 from pollux.errors import LaunchError, UnknownJobError
+from pollux.runtime import local
 from pollux.runtime.launcher import EXIT_STOPPED, LaunchRequest, WorkerInfo
 from pollux.runtime.local import LocalLauncher, process_start_ticks
 
 REPO = Path(__file__).resolve().parents[2]
-
-# Each worker script gets the test's tmp_path as argv[1] and leaves its traces there.
-ENV_DUMP = """
-    import json, os, sys
-    keys = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "POLLUX_NUM_NODES",
-            "CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "FROM_REQUEST"]
-    stat = open("/proc/self/stat").read()
-    info = {k: os.environ.get(k) for k in keys}
-    info.update(pid=os.getpid(), own_session=os.getsid(0) == os.getpid(), executable=sys.executable,
-                start_ticks=int(stat[stat.rfind(")") + 2:].split()[19]))
-    open(os.path.join(sys.argv[1], f"env-{os.environ['RANK']}.json"), "w").write(json.dumps(info))
-"""
-
-# Waits for SIGTERM (at most 60 s), then leaves a marker and exits 143 as the agent does after checkpointing.
-TERM_WAITER = """
-    import os, signal, sys, time
-    out, rank = sys.argv[1], os.environ["RANK"]
-    def on_term(signum, frame):
-        open(os.path.join(out, f"term-{rank}"), "w").write("ok")
-        sys.exit(143)
-    signal.signal(signal.SIGTERM, on_term)
-    open(os.path.join(out, f"ready-{rank}"), "w").write(str(os.getpid()))
-    for _ in range(600):
-        time.sleep(0.1)
-"""
-
-# Rank 1 starts a helper process and sleeps; rank 0 crashes with 3 once rank 1 and its helper are up.
-CRASH = """
-    import os, subprocess, sys, time
-    out, rank = sys.argv[1], os.environ["RANK"]
-    if rank == "1":
-        helper = subprocess.Popen(["sleep", "60"])
-        open(os.path.join(out, "helper.tmp"), "w").write(str(helper.pid))
-        os.rename(os.path.join(out, "helper.tmp"), os.path.join(out, "helper"))
-        time.sleep(60)
-    else:
-        for _ in range(300):
-            if os.path.exists(os.path.join(out, "helper")):
-                sys.exit(3)
-            time.sleep(0.05)
-"""
 
 CHATTY = """
     import os, sys
@@ -72,23 +33,6 @@ CHATTY = """
     print(f"err {rank}", file=sys.stderr)
     sys.stdout.write(f"tail {rank}")
 """
-
-
-def running(pid: int) -> bool:
-    """Whether the process exists and is not a zombie (state field of /proc/<pid>/stat)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2] not in "ZX"
-
-
-def wait_for(condition: Callable[[], object], timeout_s: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.02)
 
 
 class Jobs:
@@ -154,7 +98,7 @@ def test_workers_are_wired_like_torchrun(jobs: Jobs) -> None:
         assert env["WORLD_SIZE"] == env["LOCAL_WORLD_SIZE"] == "2"
         assert (env["MASTER_ADDR"], env["POLLUX_NUM_NODES"], env["CUDA_VISIBLE_DEVICES"]) == ("127.0.0.1", "1", "")
         assert (env["PYTHONUNBUFFERED"], env["OMP_NUM_THREADS"], env["FROM_REQUEST"]) == ("1", "1", "yes")
-        assert env["own_session"]
+        assert env["own_session"] and env["pdeathsig"] == signal.SIGTERM
     assert seen[0]["MASTER_PORT"] == seen[1]["MASTER_PORT"] and 0 < int(seen[0]["MASTER_PORT"]) < 65536
     assert workers == jobs.launcher.workers("env")
     assert [(w.rank, w.node, w.host) for w in workers] == [(0, 0, socket.gethostname()), (1, 0, socket.gethostname())]
@@ -200,13 +144,15 @@ def test_workers_that_finish_report_0_and_free_their_slots_on_forget(jobs: Jobs)
 def test_allocations_beyond_the_free_slots_or_this_node_are_refused(jobs: Jobs) -> None:
     jobs.start("long", TERM_WAITER, 1)
     command = (sys.executable, "-c", "pass")
-    for allocation, message in [
-        ((2,), "asks for 2 CPU slots; 1 of 2 are free"),
-        ((0,), "asks for 0"),
-        ((1, 1), "2 nodes"),
+    for allocation, message, transient in [
+        ((2,), "asks for 2 CPU slots; 1 of 2 are free", True),  # the other job will end
+        ((3,), "asks for 3 CPU slots", False),  # this node never has 3
+        ((0,), "asks for 0", False),
+        ((1, 1), "2 nodes", False),
     ]:
-        with pytest.raises(LaunchError, match=message):
+        with pytest.raises(LaunchError, match=message) as refused:
             jobs.launcher.launch(jobs.request("other", command, 1, allocation=allocation))
+        assert refused.value.transient is transient, allocation
     with pytest.raises(LaunchError, match="still running"):
         jobs.start("long", TERM_WAITER, 1)
     with pytest.raises(RuntimeError, match="running"):
@@ -230,7 +176,7 @@ def test_kill_reports_137(jobs: Jobs) -> None:
     jobs.launcher.kill("job")
     assert jobs.wait("job") == 137
     assert not any((jobs.tmp_path / f"term-{r}").exists() for r in range(2))
-    assert not any(running(w.pid) for w in workers)
+    assert not any(pid_alive(w.pid) for w in workers)
 
 
 def test_a_crash_kills_the_siblings_and_their_helpers_and_reports_its_code(jobs: Jobs) -> None:
@@ -240,8 +186,8 @@ def test_a_crash_kills_the_siblings_and_their_helpers_and_reports_its_code(jobs:
     started = time.monotonic()
     assert jobs.wait("job") == 3
     assert time.monotonic() - started < 10.0  # not the 60 s rank 1 would sleep
-    assert not running(workers[1].pid)
-    wait_for(lambda: not running(int(helper.read_text())), timeout_s=5, what="the helper to die")
+    assert not pid_alive(workers[1].pid)
+    wait_for(lambda: not pid_alive(int(helper.read_text())), timeout=5, what="the helper to die")
 
 
 def test_output_is_appended_to_the_log_line_by_line_with_the_rank(jobs: Jobs) -> None:
@@ -260,6 +206,14 @@ def test_output_is_appended_to_the_log_line_by_line_with_the_rank(jobs: Jobs) ->
     assert log.read_text().splitlines()[-1] == "[rank 0] again"  # appended, not overwritten
 
 
+def test_a_line_longer_than_64_kib_reaches_the_log_in_pieces(jobs: Jobs) -> None:
+    # a progress bar redrawn with "\r" never ends its line: reading it whole would grow without bound
+    jobs.start("bar", "import sys; sys.stdout.write('x' * 1_000_000); print(); print('end')", 1)
+    assert jobs.wait("bar") == 0
+    lines = (jobs.tmp_path / "logs" / "bar.log").read_text().splitlines()
+    assert lines == ["[rank 0] " + "x" * 65536] * 15 + ["[rank 0] " + "x" * (1_000_000 - 15 * 65536), "[rank 0] end"]
+
+
 def test_a_missing_executable_or_cwd_is_refused_before_anything_starts(jobs: Jobs) -> None:
     bad = [
         (("no-such-program-pollux",), {}, "'no-such-program-pollux' is not on PATH"),
@@ -267,8 +221,9 @@ def test_a_missing_executable_or_cwd_is_refused_before_anything_starts(jobs: Job
         (("python", "-c", "pass"), {"cwd": jobs.tmp_path / "nowhere"}, "nowhere does not exist"),
     ]
     for command, kwargs, message in bad:
-        with pytest.raises(LaunchError, match=message):
+        with pytest.raises(LaunchError, match=message) as refused:
             jobs.launcher.launch(jobs.request("bad", command, 2, **kwargs))
+        assert not refused.value.transient  # retrying cannot help: someone must fix the job
         with pytest.raises(UnknownJobError):
             jobs.launcher.poll("bad")
         assert jobs.launcher.free_slots() == 2
@@ -296,13 +251,37 @@ def test_reap_stops_strays_but_not_a_process_that_reused_a_pid(jobs: Jobs) -> No
         assert reaper.reap(recorded) == 2
         assert strays[0].wait(timeout=10) == -signal.SIGTERM
         assert strays[1].wait(timeout=10) == -signal.SIGKILL  # after the grace period
-        assert strays[2].poll() is None and running(strays[2].pid)
+        assert strays[2].poll() is None and pid_alive(strays[2].pid)
         assert reaper.reap(recorded[:2]) == 0
     finally:
         for p in strays:
             p.kill()
             p.wait()
         strays[1].stdout.close()
+
+
+def test_a_new_scheduler_cannot_start_a_job_whose_previous_group_still_runs(jobs: Jobs) -> None:
+    # The first scheduler died before it recorded its workers: the second one cannot reap them, only wait.
+    lock = jobs.tmp_path / "jobs" / "job" / "group.lock"
+    workers = jobs.start("job", TERM_WAITER, 2, lock_path=lock)
+    wait_for(lambda: all((jobs.tmp_path / f"ready-{r}").exists() for r in range(2)), what="workers ready")
+    second = LocalLauncher(slots=2, stop_grace_s=0.2)
+    request = jobs.request("job", (sys.executable, "-c", "print('second')"), 1, lock_path=lock)
+    started = time.monotonic()
+    with pytest.raises(LaunchError, match="previous worker group is still running") as refused:
+        second.launch(request)
+    assert refused.value.transient
+    assert f"pids {workers[0].pid}, {workers[1].pid} hold" in str(refused.value)
+    assert 0.2 <= time.monotonic() - started < 5
+    assert second.free_slots() == 2
+    with pytest.raises(UnknownJobError):
+        second.poll("job")
+    jobs.launcher.stop("job")
+    assert jobs.wait("job") == EXIT_STOPPED
+    second.launch(request)  # the lock went with the last worker
+    wait_for(lambda: second.poll("job") is not None, what="the second group to finish")
+    assert second.poll("job") == 0
+    assert "[rank 0] second" in request.log_path.read_text().splitlines()
 
 
 SCHEDULER = """
@@ -328,13 +307,64 @@ def test_workers_get_sigterm_when_the_scheduler_is_killed(jobs: Jobs) -> None:
         pid = int((out / "ready-0").read_text())
         proc.kill()
         proc.wait()
-        wait_for((out / "term-0").exists, timeout_s=10, what="the worker's SIGTERM marker")
-        wait_for(lambda: not running(pid), timeout_s=10, what="the orphaned worker to exit")
+        wait_for((out / "term-0").exists, timeout=10, what="the worker's SIGTERM marker")
+        wait_for(lambda: not pid_alive(pid), timeout=10, what="the orphaned worker to exit")
     finally:
         proc.kill()
         proc.wait()
-        if (out / "ready-0").exists() and running(pid := int((out / "ready-0").read_text())):
+        if (out / "ready-0").exists() and pid_alive(pid := int((out / "ready-0").read_text())):
             os.kill(pid, signal.SIGKILL)
+
+
+needs_setpriv = pytest.mark.skipif(local._setpriv() is None, reason="no setpriv with --pdeathsig on this machine")
+
+
+def spy_on_popen(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], object]]:
+    """Record the command and `preexec_fn` of every process started from now on."""
+    calls: list[tuple[list[str], object]] = []
+    real = subprocess.Popen
+
+    def spy(args, *rest, **kwargs):
+        calls.append((list(args), kwargs.get("preexec_fn")))
+        return real(args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", spy)
+    return calls
+
+
+@needs_setpriv
+def test_setpriv_arms_the_parent_death_signal_without_a_preexec_hook(
+    jobs: Jobs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = spy_on_popen(monkeypatch)
+    (worker,) = jobs.start("env", ENV_DUMP, 1)
+    assert jobs.wait("env") == 0
+    ((argv, preexec_fn),) = calls
+    assert (Path(argv[0]).name, preexec_fn) == ("setpriv", None)  # a preexec_fn can deadlock a threaded parent
+    seen = json.loads((jobs.tmp_path / "env-0.json").read_text())
+    assert (seen["pdeathsig"], seen["executable"]) == (signal.SIGTERM, sys.executable)
+    assert (worker.pid, worker.start_ticks) == (seen["pid"], seen["start_ticks"])  # setpriv and sh exec the command
+
+
+def test_without_setpriv_a_preexec_hook_arms_the_parent_death_signal(
+    jobs: Jobs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(local, "_setpriv", lambda: None)
+    calls = spy_on_popen(monkeypatch)
+    jobs.start("env", ENV_DUMP, 1)
+    assert jobs.wait("env") == 0
+    ((argv, preexec_fn),) = calls
+    assert argv[0] == sys.executable and preexec_fn is not None
+    assert json.loads((jobs.tmp_path / "env-0.json").read_text())["pdeathsig"] == signal.SIGTERM
+
+
+@needs_setpriv
+def test_a_worker_whose_launcher_died_before_the_signal_was_armed_exits_at_once(tmp_path: Path) -> None:
+    argv, _ = local.die_with_parent([sys.executable, "-c", f"open({str(tmp_path / 'ran')!r}, 'w')"])
+    assert argv[7] == str(os.getpid())  # `sh -c CHECK <launcher pid> command...`
+    argv[7] = "1"  # as if the launcher had died and the worker had been adopted
+    assert subprocess.run(argv, check=False).returncode == EXIT_STOPPED
+    assert not (tmp_path / "ran").exists()
 
 
 def test_gpu_slots_follow_nvidia_smi_and_cuda_visible_devices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from runtime_jobs import CRASH, ENV_DUMP, TERM_WAITER, wait_for
 
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster as RayCluster  # noqa: E402
@@ -24,56 +27,6 @@ from pollux.runtime.ray_launcher import EXIT_LOST, RayLauncher  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 RESOURCE = "pollux_gpu"
-
-# Each worker script gets the test's folder as argv[1] and leaves its traces there.
-ENV_DUMP = """
-    import json, os, sys
-    keys = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "POLLUX_NUM_NODES",
-            "POLLUX_RAY_NODE_ID", "CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "FROM_REQUEST"]
-    stat = open("/proc/self/stat").read()
-    info = {k: os.environ.get(k) for k in keys}
-    info.update(pid=os.getpid(), cwd=os.getcwd(), executable=sys.executable,
-                start_ticks=int(stat[stat.rfind(")") + 2:].split()[19]))
-    open(os.path.join(sys.argv[1], f"env-{os.environ['RANK']}.json"), "w").write(json.dumps(info))
-    print("hello from", os.environ["RANK"])
-"""
-
-# Waits for SIGTERM (at most 60 s), leaves a marker and exits 143 as the agent does after checkpointing.
-TERM_WAITER = """
-    import os, signal, sys, time
-    out, rank = sys.argv[1], os.environ["RANK"]
-    def on_term(signum, frame):
-        open(os.path.join(out, f"term-{rank}"), "w").write("ok")
-        sys.exit(143)
-    signal.signal(signal.SIGTERM, on_term)
-    open(os.path.join(out, f"ready-{rank}"), "w").write(str(os.getpid()))
-    for _ in range(600):
-        time.sleep(0.1)
-"""
-
-# Rank 1 starts a helper process and sleeps; rank 0 crashes with 3 once rank 1's helper is up.
-CRASH = """
-    import os, subprocess, sys, time
-    out, rank = sys.argv[1], os.environ["RANK"]
-    if rank == "1":
-        helper = subprocess.Popen(["sleep", "60"])
-        open(os.path.join(out, "helper.tmp"), "w").write(str(helper.pid))
-        os.rename(os.path.join(out, "helper.tmp"), os.path.join(out, "helper"))
-        time.sleep(60)
-    else:
-        for _ in range(600):
-            if os.path.exists(os.path.join(out, "helper")):
-                sys.exit(3)
-            time.sleep(0.05)
-"""
-
-
-def wait_for(condition: Callable[[], object], timeout_s: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def free_gpus() -> float:
@@ -159,8 +112,9 @@ def test_the_pool_is_every_node_offering_the_resource_in_node_id_order(launcher:
 
 def test_a_job_on_two_nodes_gets_one_rank_per_node_in_pool_order(jobs: Jobs) -> None:
     workers = jobs.start("env", ENV_DUMP, (1, 1), env={"FROM_REQUEST": "yes"})
-    (bundles,) = [pg["bundles_to_node_id"] for pg in live_placement_groups()]
+    ((name, bundles),) = [(pg["name"], pg["bundles_to_node_id"]) for pg in live_placement_groups()]
     assert bundles == dict(enumerate(jobs.launcher.node_ids))  # Ray's own record of where it reserved the GPUs
+    assert name == "pollux-env" and ray.get_actor("pollux-env-1", namespace="pollux")
     assert jobs.wait("env") == 0
     seen = [json.loads((jobs.tmp_path / f"env-{rank}.json").read_text()) for rank in range(2)]
     assert [env["POLLUX_RAY_NODE_ID"] for env in seen] == jobs.launcher.node_ids
@@ -173,7 +127,7 @@ def test_a_job_on_two_nodes_gets_one_rank_per_node_in_pool_order(jobs: Jobs) -> 
         )
         assert (env["POLLUX_NUM_NODES"], env["CUDA_VISIBLE_DEVICES"], env["FROM_REQUEST"]) == ("2", "", "yes")
         assert (env["PYTHONUNBUFFERED"], env["OMP_NUM_THREADS"]) == ("1", "1")
-        assert (env["executable"], env["cwd"]) == (sys.executable, str(jobs.tmp_path))
+        assert (env["executable"], env["cwd"], env["pdeathsig"]) == (sys.executable, str(jobs.tmp_path), signal.SIGTERM)
     assert seen[0]["MASTER_ADDR"] == seen[1]["MASTER_ADDR"] == workers[0].host
     assert seen[0]["MASTER_PORT"] == seen[1]["MASTER_PORT"] and 0 < int(seen[0]["MASTER_PORT"]) < 65536
     assert workers == jobs.launcher.workers("env")
@@ -224,8 +178,9 @@ def test_kill_ends_the_workers_at_once_and_reports_them_killed(jobs: Jobs) -> No
 
 
 def test_a_missing_executable_is_refused_and_everything_released(jobs: Jobs) -> None:
-    with pytest.raises(LaunchError, match="no-such-program-pollux"):
+    with pytest.raises(LaunchError, match="no-such-program-pollux") as refused:
         jobs.launcher.launch(jobs.request("missing", ("no-such-program-pollux", "--flag"), (1, 1)))
+    assert not refused.value.transient
     with pytest.raises(UnknownJobError):
         jobs.launcher.poll("missing")
     wait_for(lambda: not live_placement_groups() and free_gpus() == 4, 10, "the placement group to be removed")
@@ -233,18 +188,57 @@ def test_a_missing_executable_is_refused_and_everything_released(jobs: Jobs) -> 
 
 def test_an_allocation_beyond_a_node_or_the_pool_is_refused(jobs: Jobs) -> None:
     for allocation in [(3, 0), (1,), (0, 0), (1, -1)]:
-        with pytest.raises(LaunchError, match="allocation"):
+        with pytest.raises(LaunchError, match="allocation") as refused:
             jobs.launcher.launch(jobs.request("big", ("true",), allocation))
+        assert not refused.value.transient
     assert not live_placement_groups()
 
 
 def test_gpus_held_by_another_job_make_a_launch_time_out(jobs: Jobs) -> None:
     jobs.start("holder", TERM_WAITER, (2, 0))
     started = time.monotonic()
-    with pytest.raises(LaunchError, match="could not reserve"):
+    with pytest.raises(LaunchError, match="could not reserve") as refused:
         jobs.launcher.launch(jobs.request("late", ("true",), (1, 0)))
     assert 3 <= time.monotonic() - started < 15
+    assert refused.value.transient  # the holder will end
     assert len(live_placement_groups()) == 1  # the late job's group is gone, the holder's stays
+
+
+# A scheduler's Ray driver that reserved all four GPUs for job "orphan", as a killed scheduler leaves its group.
+OLD_DRIVER = """
+    import sys, time, ray
+    from ray.util.placement_group import placement_group
+    ray.init(address=sys.argv[1], namespace="pollux", log_to_driver=False)
+    group = placement_group([{"pollux_gpu": 2}, {"pollux_gpu": 2}], strategy="SPREAD", name="pollux-orphan")
+    group.wait(30)
+    print("reserved", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_dead_schedulers_group_of_the_job_blocks_its_launch_until_ray_removes_it(
+    jobs: Jobs, launcher: RayLauncher
+) -> None:
+    script = jobs.tmp_path / "old_driver.py"
+    script.write_text(textwrap.dedent(OLD_DRIVER))
+    address = ray.get_runtime_context().gcs_address
+    driver = subprocess.Popen([sys.executable, str(script), address], stdout=subprocess.PIPE, text=True)
+    try:
+        assert driver.stdout.readline() == "reserved\n"
+        impatient = RayLauncher(gpu_resource=RESOURCE, stop_grace_s=0.5, placement_timeout_s=3)  # a new scheduler
+        started = time.monotonic()
+        with pytest.raises(LaunchError, match="previous worker group still holds") as refused:
+            impatient.launch(jobs.request("orphan", ("true",), (1, 0)))
+        assert refused.value.transient
+        assert 0.5 <= time.monotonic() - started < 3  # it did not wait for GPUs: it knew whose they were
+        impatient.shutdown()
+        driver.kill()  # the old scheduler dies; Ray removes its group, the launch waits for that
+        workers = jobs.start("orphan", ENV_DUMP, (1, 0))
+        assert jobs.wait("orphan") == 0 and len(workers) == 1
+    finally:
+        driver.kill()
+        driver.wait()
+        driver.stdout.close()
 
 
 def test_reap_stops_recorded_workers_on_this_host_and_spares_reused_pids(jobs: Jobs) -> None:

@@ -15,6 +15,7 @@ from pollux.errors import SpecError, UnknownJobError
 from pollux.runtime.local import LocalLauncher
 from pollux.runtime.service import Service, ServiceConfig
 from pollux.runtime.spec import load_spec
+from pollux.runtime.store import StateStore
 
 
 def pid_alive(pid: int) -> bool:
@@ -143,6 +144,25 @@ def test_shutdown_checkpoints_running_jobs_and_a_new_service_resumes_them(tmp_pa
         assert len(steps) == 2 and steps[1] > 0
     finally:
         second.stop()
+
+
+def test_retries_come_after_the_back_off_not_at_the_next_periodic_round(tmp_path, counter_job):
+    service = Running(tmp_path, interval_s=3600.0, backoff_s=0.3)
+    try:
+        service.service.submit(load_spec(write_spec(counter_job.parent, "flaky", "--steps 100 --crash-after 3")))
+        service.wait_status("flaky", "failed", timeout=60)  # three launches an hour apart without the wake-up
+        assert service.service.store.job("flaky").attempts == service.config.max_attempts
+    finally:
+        service.stop()
+
+
+def test_a_cancel_followed_at_once_by_a_shutdown_is_not_lost(tmp_path, counter_job):
+    service = Running(tmp_path)
+    service.service.submit(load_spec(write_spec(counter_job.parent, "doomed", "--steps 100000", gpus=1)))
+    service.wait_status("doomed", "running")
+    service.service.cancel("doomed")
+    service.stop()
+    assert StateStore(service.config.database).job("doomed").status == "cancelled"
 
 
 @pytest.mark.parametrize("policy", ["pollux", "tiresias", "tiresias-gittins", "optimus"])

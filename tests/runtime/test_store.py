@@ -11,6 +11,7 @@ import time
 import pytest
 
 from pollux.errors import SpecError, UnknownJobError
+from pollux.runtime.launcher import WorkerInfo
 from pollux.runtime.spec import JobSpec
 from pollux.runtime.store import StateStore
 
@@ -25,20 +26,36 @@ def test_jobs_history_and_reports_survive_reopening(tmp_path):
     path = tmp_path / "state.db"
     store = StateStore(path)
     store.add_job(spec("a"), now=1.0)
-    store.set_status("a", "running", now=2.0, reason="allocated 2 GPUs")
-    store.set_allocation("a", (2, 0), now=2.0, restart=False)
-    store.set_allocation("a", (1, 1), now=3.0, restart=True)
+    workers = [WorkerInfo(0, 0, 101, "h", 5), WorkerInfo(1, 0, 102, "h", 6)]
+    store.record_launch("a", (2, 0), workers, now=2.0, restart=False)
+    store.record_exit("a", "pending", now=3.0, reason="checkpointed to move to 2 GPU(s)")
+    store.record_launch("a", (1, 1), workers[:1], now=3.0, restart=True)
     store.record_report("a", {"version": 1, "batch": {"total_batch_size": 64}}, now=3.5)
     store.close()
 
     again = StateStore(path)
     job = again.job("a")
-    assert (job.status, job.allocation, job.restarts) == ("running", (1, 1), 1)
+    assert (job.status, job.allocation, job.restarts, job.attempts) == ("running", (1, 1), 1, 0)
+    assert again.workers("a") == [("a", workers[0])]
     assert job.spec["local_bsz_bounds"] == [8, 64]
-    assert [status for _, status, _ in again.history("a")] == ["pending", "running"]
+    assert [status for _, status, _ in again.history("a")] == ["pending", "running", "pending", "running"]
     assert again.report("a") == {"version": 1, "batch": {"total_batch_size": 64}}
-    assert [e["kind"] for e in again.events("a")] == ["submitted", "status", "allocation", "allocation"]
+    # GPU-seconds held: 2 GPUs for 1 s, then 2 GPUs from t=3 on
+    assert again.attained_service("a", now=5.0) == pytest.approx(2 * 1.0 + 2 * 2.0)
     assert again._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_crash_is_counted_with_its_exit_and_a_cancel_request_is_durable(tmp_path):
+    store = StateStore(tmp_path / "state.db")
+    store.add_job(spec("a"), now=0.0)
+    store.record_launch("a", (1,), [WorkerInfo(0, 0, 7, "h", 1)], now=1.0, restart=False)
+    store.record_exit("a", "pending", now=2.0, reason="crashed", error="exit 3\ntraceback", crashed=True)
+    state = store.job("a")
+    assert (state.status, state.attempts, state.last_error, state.allocation) == ("pending", 1, "exit 3\ntraceback", ())
+    assert store.workers() == []
+    assert not state.cancel_requested and store.request_cancel("a", now=3.0).cancel_requested
+    store.close()
+    assert StateStore(tmp_path / "state.db").job("a").cancel_requested
 
 
 def test_duplicate_names_unknown_jobs_and_final_states_are_refused(tmp_path):
@@ -49,10 +66,12 @@ def test_duplicate_names_unknown_jobs_and_final_states_are_refused(tmp_path):
     with pytest.raises(UnknownJobError, match="no job named 'zzz'"):
         store.job("zzz")
     with pytest.raises(UnknownJobError):
-        store.set_status("zzz", "running", now=1.0)
-    store.set_status("a", "completed", now=2.0)
+        store.record_launch("zzz", (1,), [], now=1.0, restart=False)
+    store.record_exit("a", "completed", now=2.0, reason="done")
     with pytest.raises(SpecError, match="already completed"):
-        store.set_status("a", "running", now=3.0)
+        store.record_exit("a", "pending", now=3.0, reason="late")
+    with pytest.raises(SpecError, match="already completed"):
+        store.record_launch("a", (1,), [], now=3.0, restart=True)
     assert [j.name for j in store.jobs(include_finished=False)] == []
 
 
