@@ -2,14 +2,17 @@
 
 Objective: RMSE of log T_grad (against measured compute times) plus RMSE of log T_iter (against measured full step
 times), minimized by L-BFGS-B with an analytic gradient. α and β are optimized in log space with a floor of 1e-8 s,
-γ in [1, 10]. Two tiny regularizers break ties the data cannot: γ is pulled towards 1 (no overlap), and each sync
-β towards a small share of its α (all-reduce cost grows slowly with the replica count).
+γ in [1, 10]. Two regularizers break ties the data cannot: γ is pulled towards 1 (no overlap), and each sync β
+towards a small share of its α by 1e-2·(β/α)², the artifact's penalty: of the models that explain the samples, the
+one most optimistic about more replicas (all-reduce cost grows slowly with the replica count). A weaker pull
+leaves β where a few noisy points put it, and the scheduler then stops growing the job early.
 
 Priors, for parameters the samples cannot identify (they matter: the scheduler extrapolates with them):
 - one per-GPU batch size seen → α_c pinned at half the mean compute time, so constant and per-example cost share
   the time equally (optimistic about larger batches, which the job then measures);
-- no sample with K ≥ 2 → α_r, β_r pinned at the floor: sync is assumed free until measured (optimistic, so the
-  scheduler tries a second GPU; the exploration bound of 2× the largest K run keeps the step small);
+- no sample with K ≥ 2 on one node → α_r, β_r pinned at the floor: sync inside a node is assumed free until
+  measured (optimistic, so the scheduler tries a second GPU; the exploration bound of 2× the largest K run keeps
+  the step small). Left free with no sample to hold them, the β/α penalty would push α_r up without bound;
 - no sample with K > 2 → β_r, β_n pinned at the floor (only the constant part of sync is observable);
 - no multi-node sample → α_n, β_n are not fitted but set to 1.1× their intra-node twins: crossing nodes is never
   assumed cheaper than staying inside one.
@@ -30,7 +33,7 @@ FLOOR = 1e-8
 GAMMA_BOUNDS = (1.0, 10.0)
 LOG_CEILING = np.log(1e4)
 GAMMA_REG = 1e-3
-BETA_REG = 1e-3
+BETA_REG = 1e-2
 INTER_NODE_FACTOR = 1.1
 
 A_C, B_C, A_R, B_R, A_N, B_N, GAMMA = range(7)
@@ -107,7 +110,7 @@ def _pinned(s: ThroughputSamples) -> dict[int, float]:
     pins: dict[int, float] = {}
     if np.unique(s.local_bsz).size == 1:
         pins[A_C] = 0.5 * float(np.mean(s.compute_time))
-    if not np.any(s.num_replicas > 1):
+    if not np.any((s.num_replicas > 1) & (s.num_nodes == 1)):
         pins.update({A_R: FLOOR, B_R: FLOOR})
     if not np.any(s.num_replicas > 2):
         pins.update({B_R: FLOOR, B_N: FLOOR})
@@ -178,11 +181,10 @@ class _Objective:
         grad[GAMMA] += 2 * GAMMA_REG * (gamma - 1.0)
         for a, b in ((A_R, B_R), (A_N, B_N)):
             if self.free[a] and self.free[b]:
-                share = p[b] / (p[a] + p[b])
-                loss += BETA_REG * share**2
-                dshare = 2 * BETA_REG * share / (p[a] + p[b]) ** 2
-                grad[a] += -dshare * p[b] * p[a]
-                grad[b] += dshare * p[a] * p[b]
+                penalty = BETA_REG * (p[b] / p[a]) ** 2  # d/d(log β) = 2·penalty, d/d(log α) = −2·penalty
+                loss += penalty
+                grad[a] -= 2 * penalty
+                grad[b] += 2 * penalty
         return float(loss), grad * self.free
 
 
@@ -192,7 +194,12 @@ def fit_throughput(samples: ThroughputSamples, initial: ThroughputParams | None 
     `initial`: a previous fit to start from (an agent refitting after one more sample converges in a few steps).
     """
     pins = _pinned(samples)
-    x0 = _initial_guess(samples) if initial is None else np.maximum(initial.to_array(), FLOOR)
+    x0 = _initial_guess(samples)
+    if initial is not None:
+        # From the previous fit, except where it held a parameter at the floor (pinned then, or pushed there): in
+        # log space that parameter's gradient is proportional to its value, so from the floor it would never move.
+        previous = initial.to_array()
+        x0 = np.where(previous > 2 * FLOOR, previous, x0)
     for idx, value in pins.items():
         x0[idx] = value
     theta0 = np.concatenate([np.log(np.maximum(x0[:6], FLOOR)), [x0[GAMMA]]])

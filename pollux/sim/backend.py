@@ -105,7 +105,10 @@ class SimJob:
         self.accum_steps = accum
 
     def record_sample(self, nodes: int, gpus: int, step_s: float, sync_s: float) -> None:
-        """Remember a configuration the job ran, and refit its throughput model when it is new."""
+        """Remember a configuration the job ran, and refit its throughput model when it is new.
+
+        Every refit starts afresh, as the artifact's agents do, so the job's model of its own scaling depends on what
+        it ran, not on the order it happened to explore in."""
         key = (nodes, gpus, self.local_bsz)
         if key in self.samples or not self.fit_throughput_model:
             return
@@ -116,7 +119,7 @@ class SimJob:
         samples = ThroughputSamples.from_arrays(
             [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], computes, steps
         )
-        self.params = fit_throughput(samples, initial=self.params)
+        self.params = fit_throughput(samples)
 
     # -- progress ------------------------------------------------------------------------------------------
     def advance(self, now: float, seconds: float, slowdown: float = 0.0) -> None:

@@ -80,3 +80,24 @@ def test_impossible_samples_are_refused(kwargs):
     columns.update(kwargs)
     with pytest.raises(ValueError, match="ThroughputSamples"):
         ThroughputSamples.from_arrays(**columns)
+
+
+def test_a_warm_start_moves_parameters_the_previous_fit_held_at_the_floor():
+    """After one GPU only, sync is pinned free; refitting from that fit once sync is measured must find it."""
+    rng = np.random.default_rng(5)
+    first = fit_throughput(synthetic(rng, 1, 1, np.array([16, 32, 64])))
+    samples = full_grid(rng)
+    warm, cold = fit_throughput(samples, initial=first), fit_throughput(samples)
+    probe = full_grid(np.random.default_rng(6), noise=0.0)
+    args = (probe.num_nodes, probe.num_replicas, probe.local_bsz)
+    np.testing.assert_allclose(iteration_time(warm, *args), iteration_time(cold, *args), rtol=0.02)
+    assert warm.alpha_r == pytest.approx(TRUE.alpha_r, rel=0.15)
+
+
+def test_without_single_node_sync_samples_intra_node_sync_stays_free():
+    """Only one GPU or several nodes measured: nothing says what sync inside one node costs (the artifact's prior)."""
+    rng = np.random.default_rng(6)
+    samples = synthetic(rng, np.array([1, 2, 2, 4] * 2), np.array([1, 4, 8, 16] * 2), np.repeat([32, 64], 4))
+    fitted = fit_throughput(samples)
+    assert fitted.alpha_r < 1e-6 and fitted.beta_r < 1e-6
+    assert fitted.alpha_n == pytest.approx(TRUE.alpha_n, rel=0.3)

@@ -73,3 +73,14 @@ def test_speedup_depends_on_node_count_only_through_crossing_nodes():
     speedup = SpeedupFunction(job(), 1, 4, 4096, (32, 256))
     assert speedup(2, 8) == pytest.approx(speedup(5, 8))
     assert speedup(2, 8) < speedup(1, 8)
+
+
+def test_optimize_fills_the_per_gpu_batch_when_a_step_has_a_large_fixed_cost():
+    """yolov3-like bounds (4–8 examples per GPU, M0 = 8): with most of a step's time fixed, a fuller GPU is nearly
+    free throughput, so the choice runs every GPU at its maximum, whatever the replica count."""
+    params = ThroughputParams(alpha_c=0.3, beta_c=0.005, alpha_r=0.05, beta_r=0.0, alpha_n=0.1, beta_n=0.0, gamma=1.0)
+    fn = GoodputFunction(params, GradientStats(sqr=1.0, var=50.0), 8)
+    replicas = np.arange(1, 33)
+    choice = fn.optimize(1 + (replicas > 4), replicas, 512, (4, 8), accumulation=True)
+    assert np.all(choice.local_bsz == 8)
+    assert np.all(replicas * 8 * (choice.accum_steps + 1) <= 512)

@@ -1,13 +1,15 @@
 """The engine on the virtual clock: restarts counted from decisions, run times as the job model says."""
 
+import numpy as np
 import pytest
 
 from pollux.cluster import Cluster
 from pollux.data.locate import find_data_dir
 from pollux.engine import Scheduler, diff
 from pollux.errors import SpecError
+from pollux.goodput import iteration_time
 from pollux.policies.registry import make_policy
-from pollux.sim.backend import SimBackend, SimJobSpec
+from pollux.sim.backend import SimBackend, SimJob, SimJobSpec
 from pollux.sim.jobmodel import run_time_s
 from pollux.sim.measured import load_measured_models
 from pollux.sim.run import SimConfig, simulate
@@ -95,3 +97,21 @@ def test_simulator_supplies_only_declared_inputs(models):
     assert simulator_options(policy_class("fifo"), models) == {}
     options = simulator_options(policy_class("optimus"), models)
     assert isinstance(options["step_time"], TrueStepTime)
+
+
+def test_a_jobs_throughput_model_depends_on_what_it_ran_not_on_the_order_it_ran_it(models):
+    """Every refit starts afresh, as the artifact's agents do: two jobs that explored the same configurations in
+    different orders hold the same model."""
+    runs = [((1,), 8), ((2,), 8), ((4,), 8), ((4, 4), 8), ((3,), 8), ((2,), 4)]
+    fitted = []
+    for order in (runs, runs[::-1]):
+        job = SimJob(SimJobSpec("y", "yolov3", 0, 1, None), models["yolov3"])
+        for place, local in order:
+            job.local_bsz = local
+            job.record_sample(len(place), sum(place), *models["yolov3"].step_time(place, local))
+        fitted.append(job.params)
+    assert fitted[0] is not None and fitted[1] is not None
+    replicas = np.arange(1, 17)
+    for nodes in (1, 2):
+        first, second = (iteration_time(p, nodes, replicas, 8) for p in fitted)
+        np.testing.assert_allclose(first, second, rtol=0.02)
