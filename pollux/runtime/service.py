@@ -33,14 +33,13 @@ from pollux.agent.report import JobReport, read_report
 from pollux.cluster import Allocation, Cluster, num_gpus
 from pollux.engine import Decision, Scheduler
 from pollux.errors import LaunchError, ReportError, SpecError, UnknownJobError
-from pollux.policies.base import JobView, Policy
+from pollux.policies.base import JobView, Policy, exploration_bound
 from pollux.policies.registry import policy_class
 from pollux.runtime.launcher import EXIT_STOPPED, Launcher, LaunchRequest
 from pollux.runtime.spec import JobSpec
 from pollux.runtime.store import FINAL, JobState, StateStore
 
 LOG = logging.getLogger("pollux.runtime")
-MAX_EXPLORED_GPUS = 64  # the simulator's bound on how far an adaptive job may grow (DESIGN.md)
 LOG_TAIL_LINES = 20
 KILL_WAIT_S = 30.0  # after SIGKILL, how long to wait for the processes to vanish before giving up on them
 
@@ -100,7 +99,7 @@ def job_view(
     allocation = tuple(state.allocation) if state.allocation else cluster.empty()
     if spec.adaptive:
         explored = report.max_replicas_seen if report else 0
-        bound = min(max(2 * explored, 1), MAX_EXPLORED_GPUS, max(max_bsz // bounds[0], 1))
+        bound = exploration_bound(explored, max_bsz, bounds[0])
     else:
         bound = max(init_bsz // bounds[0], 1)
     max_gpus = max(min(bound, spec.max_gpus, cluster.num_gpus), spec.min_gpus, 1)

@@ -13,11 +13,10 @@ from dataclasses import dataclass, field
 from pollux.cluster import Allocation, Cluster, num_nodes_used, placement
 from pollux.engine import Decision
 from pollux.goodput import GoodputFunction, GradientStats, ThroughputParams, ThroughputSamples, fit_throughput
-from pollux.policies.base import BatchConfig, JobView
+from pollux.policies.base import MAX_ELASTIC_GPUS, BatchConfig, JobView, exploration_bound
 from pollux.policies.placement import fixed_batch_config
 from pollux.sim.jobmodel import JobModel
 
-MAX_ELASTIC_GPUS = 64  # the artifact's simulator caps an elastic job at 64 GPUs
 PLACEMENT_SENSITIVITY = 1.2  # spread/packed step-time ratio above which a model counts as placement-sensitive
 
 
@@ -78,7 +77,7 @@ class SimJob:
             bound = min(MAX_ELASTIC_GPUS, model.max_batch_size // model.min_local_bsz)
         elif self.spec.batch_size is None:
             explored = max((k[1] for k in self.samples), default=0)
-            bound = min(max(2 * explored, 1), MAX_ELASTIC_GPUS, model.max_batch_size // model.min_local_bsz)
+            bound = exploration_bound(explored, model.max_batch_size, model.min_local_bsz)
         else:
             bound = max(self.spec.batch_size // model.min_local_bsz, 1)
         return min(bound, self.spec.max_gpus) if self.spec.max_gpus else bound
