@@ -95,6 +95,11 @@ class StatisticsExchange:
         self._close_window(stop_requested)
         self._complete()
 
+    def finish(self) -> None:
+        """Wait for the exchange every replica already started, and drop it: a collective left pending when the
+        process group is destroyed can abort the process at exit (gloo's worker threads still hold its tensors)."""
+        self._complete()
+
     def _close_window(self, stop_requested: bool) -> None:
         window, self._window = self._window, None
         if window is None:

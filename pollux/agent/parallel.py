@@ -122,6 +122,8 @@ class AdaptiveDataParallel(DistributedDataParallel):
 
     def detach_agent(self) -> None:
         """Called by `agent.close()`: from now on this is plain DDP."""
+        if self._agent is not None and self._agent.distributed:
+            self._exchange.finish()
         self._agent = None
         self._meter.remove()
 
