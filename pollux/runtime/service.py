@@ -233,6 +233,7 @@ class Service:
             now = self.clock()
             cancelled = self._handle_cancels(now)
             changed = self.watch(now)
+            self._read_reports(now)  # running jobs' latest reports: for `pollux ls`, and for the round below
             if changed or cancelled or requests.wake or time.monotonic() >= self._next_round:
                 self.schedule(self.clock())
                 self._next_round = time.monotonic() + self.config.interval_s
@@ -260,8 +261,7 @@ class Service:
             LOG.info("recovered: %d recorded worker(s), %d still alive and stopped", len(stray), alive)
 
     def schedule(self, now: float) -> None:
-        """One round of the policy; `_Backend.apply` carries out its decisions."""
-        self._read_reports(now)
+        """One round of the policy (on the reports `step` just read); `_Backend.apply` carries out its decisions."""
         result = self.scheduler.step(now)
         self.rounds += 1
         for view in self._last_views:
@@ -285,7 +285,6 @@ class Service:
             self.launcher.forget(state.name)
             self._settle(state.name, code, now)
             changed = True
-        self._read_reports(now)
         return changed
 
     def _wake_for_retries(self) -> None:
