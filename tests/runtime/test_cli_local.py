@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from runtime_jobs import wait_for, write_spec
+from runtime_jobs import pid_alive, wait_for, write_spec
 
 from pollux.agent.report import read_report
 from pollux.runtime.store import StateStore
@@ -73,13 +73,6 @@ def state(tmp_path: Path) -> Iterator[Path]:
 
 def store_of(state: Path) -> StateStore:
     return StateStore(state / "state.db")
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] not in "ZX"
-    except (FileNotFoundError, IndexError):
-        return False
 
 
 def test_three_example_jobs_grow_shrink_and_complete_under_pollux(tmp_path, state):

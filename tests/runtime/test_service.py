@@ -9,24 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from runtime_jobs import wait_for, write_spec
+from runtime_jobs import pid_alive, wait_for, write_spec
 
 from pollux.errors import SpecError, UnknownJobError
 from pollux.runtime.local import LocalLauncher
 from pollux.runtime.service import Service, ServiceConfig
 from pollux.runtime.spec import load_spec
 from pollux.runtime.store import StateStore
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is not alive
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
-    except (FileNotFoundError, IndexError):
-        return False
 
 
 class Running:
