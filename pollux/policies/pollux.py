@@ -18,6 +18,10 @@ interference avoidance couple the jobs. The search exploits that (the artifact u
 3. **Fill.** Leftover GPUs go, one at a time, to whichever job gains most from growing in place.
 4. **Local search.** Moves of up to a node's worth of GPUs from one job to another, best first by the value
    tables, each re-placed, while the placed fitness improves.
+5. **Polish** (`pollux.policies.polish`). One job at a time takes a new row (GPUs on one node, more on another
+   node, back where it was, or a waiting job across nodes), pushing the jobs in its way aside, which then regrow;
+   run from step 4's allocation and from everyone's current one, the fitter kept. It finds what the count-first
+   steps cannot (a distributed job's remainder moved into a smaller hole so a whole node frees up).
 
 Everything is deterministic for the same inputs; nothing is random.
 """
@@ -36,6 +40,7 @@ from pollux.cluster import Allocation, Cluster, num_nodes_used
 from pollux.goodput import throughput
 from pollux.policies.base import JobView, Policy, PolicyResult
 from pollux.policies.placement import fixed_batch_config
+from pollux.policies.polish import JobValues, Polisher
 
 EPSILON = 1e-3
 MAX_MOVES = 50  # local-search moves per round
@@ -188,7 +193,7 @@ class PolluxPolicy(Policy):
             return PolicyResult({})
         opts = self.options(jobs, cluster, now)
         counts = self._counts(opts, cluster)
-        allocations = self._improve(opts, self._layout(opts, counts, cluster), cluster)
+        allocations = self._polish(opts, self._improve(opts, self._layout(opts, counts, cluster), cluster), cluster)
         placed = {o.job.name: a for o, a in zip(opts, allocations, strict=True) if sum(a) > 0}
         reasons = {
             o.job.name: f"waiting: the fittest allocation of {cluster.num_gpus} GPUs among {len(jobs)} jobs gives "
@@ -199,10 +204,27 @@ class PolluxPolicy(Policy):
         values = [self._value(o, a) for o, a in zip(opts, allocations, strict=True)]
         return PolicyResult(placed, reasons, info={"fitness": self.fitness(values)})
 
+    def _polish(self, opts: list[_Options], allocs: list[Allocation], cluster: Cluster) -> list[Allocation]:
+        """Step 5, from two starts: the allocation so far and the current one (the fitter result wins)."""
+        jobs = [JobValues(o.alt_value, o.keep_value, o.job.allocation) for o in opts]
+        polisher = Polisher(jobs, cluster.gpus_per_node, self.avoid_interference)
+        starts = [allocs]
+        if all(len(o.job.allocation) == cluster.num_nodes for o in opts):
+            starts.append([o.job.allocation for o in opts])
+        best, best_value = allocs, -np.inf
+        for start in starts:
+            polished = [tuple(row) for row in polisher.run(np.array(start)).tolist()]
+            value = sum(self._value(o, a) for o, a in zip(opts, polished, strict=True))
+            if value > best_value + 1e-12:
+                best, best_value = polished, value
+        return best
+
     def _value(self, opt: _Options, alloc: Allocation) -> float:
         if alloc == opt.job.allocation and opt.current > 0:
             return opt.keep_value
-        return float(opt.value[sum(alloc)])
+        if sum(alloc) > opt.max_gpus:
+            return -np.inf
+        return float(opt.alt_value[int(num_nodes_used(alloc) > 1), sum(alloc)])
 
     def _option_value(self, opt: _Options, gpus: int) -> float:
         """Best value of `gpus` GPUs: keeping the current allocation when the count is unchanged."""

@@ -1,5 +1,6 @@
 """Pollux's cluster policy: placement rules on random rounds, and the behaviour its fitness asks for."""
 
+import itertools
 import math
 from dataclasses import replace
 
@@ -109,6 +110,30 @@ def test_the_reported_fitness_is_what_evaluate_gives_and_beats_random_feasible_a
         assert np.all(policy.evaluate(opts, alternatives[bounded], cluster) <= ours + 1e-12)
         compared += int(bounded.sum())
     assert compared > 500
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_search_reaches_the_exhaustive_optimum_on_small_rounds(seed):
+    """Every allocation matrix of up to 3 jobs on up to 3 nodes of up to 3 GPUs, enumerated: ours is the best.
+    Jobs hold what a round before gave them, so keeping, moving and restarting all weigh in."""
+    rng = np.random.default_rng(seed)
+    for _ in range(60):
+        cluster = Cluster(num_nodes=int(rng.integers(1, 4)), gpus_per_node=int(rng.integers(1, 4)))
+        jobs = [random_job(rng, f"job-{i}", cluster) for i in range(int(rng.integers(1, 4)))]
+        policy = PolluxPolicy(avoid_interference=bool(rng.random() < 0.8))
+        before = policy.optimize(jobs, cluster, NOW)
+        jobs = [
+            replace(j, allocation=before.allocations.get(j.name, cluster.empty()), num_restarts=int(rng.integers(3)))
+            for j in jobs
+        ]
+        result = policy.optimize(jobs, cluster, NOW + 60)
+        opts = policy.options(jobs, cluster, NOW + 60)
+        rows = list(itertools.product(range(cluster.gpus_per_node + 1), repeat=cluster.num_nodes))
+        states = np.array(list(itertools.product(rows, repeat=len(jobs))))
+        states = states[policy.feasible(states, cluster)]
+        states = states[np.all(states.sum(axis=2) <= [o.max_gpus for o in opts], axis=1)]
+        best = policy.evaluate(opts, states, cluster).max()
+        assert policy.evaluate(opts, states_of(result, jobs, cluster), cluster)[0] >= best - 1e-12
 
 
 def test_a_job_whose_speedup_scales_better_gets_more_gpus():
