@@ -9,7 +9,7 @@ put a TLS proxy in front). Routes:
     GET  /v1/jobs                       every job, one row each (what `pollux ls` prints)
     POST /v1/jobs                       {"spec": TOML text, "source": file name, "base": folder} -> the new job
     GET  /v1/jobs/NAME                  the job's row, status history, last report
-    GET  /v1/jobs/NAME/logs?offset=N    log text from byte N, and the next offset
+    GET  /v1/jobs/NAME/logs?cursor=C   log lines since cursor C (every rank's, prefixed), and the next cursor
     POST /v1/jobs/NAME/cancel           stop it for good (it checkpoints first)
     POST /v1/shutdown                   stop the service; jobs checkpoint and resume at the next `pollux up`
 
@@ -33,10 +33,11 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from pollux.cluster import placement
 from pollux.errors import PolluxError, ServiceError, UnknownJobError
+from pollux.runtime import joblog
 from pollux.runtime.local import process_start_ticks
 from pollux.runtime.service import Service
 from pollux.runtime.spec import loads_spec
@@ -47,7 +48,6 @@ _HOST = socket.gethostname()
 TOKEN_FILE = "token"
 ENDPOINT_FILE = "endpoint.json"
 MAX_BODY = 1 << 20
-MAX_LOG_CHUNK = 1 << 20
 
 
 def private_dir(path: Path) -> Path:
@@ -162,8 +162,13 @@ class ApiServer:
                     "report": report,
                 }
             if method == "GET" and route[2:] == ["logs"]:
-                offset = int(query.get("offset", ["0"])[0])
-                return HTTPStatus.OK, self._logs(state.name, offset)
+                cursor = query.get("cursor", [""])[0]
+                partial = query.get("partial", ["0"])[0] == "1"
+                try:
+                    text, cursor = joblog.read_merged(service.config.log_dir(state.name), cursor, partial=partial)
+                except ValueError as error:
+                    return HTTPStatus.BAD_REQUEST, {"error": str(error)}
+                return HTTPStatus.OK, {"text": text, "cursor": cursor}
             if method == "POST" and route[2:] == ["cancel"]:
                 service.cancel(state.name)
                 return HTTPStatus.OK, job_row(service, service.store.job(state.name), now)
@@ -171,16 +176,6 @@ class ApiServer:
             service.request_shutdown()
             return HTTPStatus.ACCEPTED, {"ok": True}
         return HTTPStatus.NOT_FOUND, {"error": f"no route {method} {path}"}
-
-    def _logs(self, name: str, offset: int) -> dict[str, Any]:
-        path = self.service.config.log_path(name)
-        try:
-            with path.open("rb") as handle:
-                handle.seek(max(offset, 0))
-                data = handle.read(MAX_LOG_CHUNK)
-        except FileNotFoundError:
-            data = b""
-        return {"text": data.decode("utf-8", errors="replace"), "offset": max(offset, 0) + len(data)}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -299,9 +294,12 @@ class Client:
     def job(self, name: str) -> dict[str, Any]:
         return self.request("GET", f"/v1/jobs/{name}")
 
-    def logs(self, name: str, offset: int = 0) -> tuple[str, int]:
-        reply = self.request("GET", f"/v1/jobs/{name}/logs?offset={offset}")
-        return reply["text"], reply["offset"]
+    def logs(self, name: str, cursor: str = "", *, partial: bool = False) -> tuple[str, str]:
+        """Log lines written since `cursor` (every rank's, prefixed), and the cursor after them; `partial` also
+        returns unfinished last lines (for a job that ended)."""
+        query = urlencode({"cursor": cursor, "partial": int(partial)})
+        reply = self.request("GET", f"/v1/jobs/{name}/logs?{query}")
+        return reply["text"], reply["cursor"]
 
     def cancel(self, name: str) -> dict[str, Any]:
         return self.request("POST", f"/v1/jobs/{name}/cancel")

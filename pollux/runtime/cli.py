@@ -238,18 +238,15 @@ def logs(
 ) -> None:
     """Print a job's log (every worker's lines, prefixed with its rank)."""
     client = _client(state_dir)
-    offset = 0
+    cursor = ""
     while True:
-        text, offset = client.logs(job, offset)
+        finished = client.job(job)["status"] in ("completed", "failed", "cancelled")
+        text, cursor = client.logs(job, cursor, partial=finished or not follow)
         sys.stdout.write(text)
         sys.stdout.flush()
-        if not follow:
+        if finished or not follow:
             return
         if not text:
-            if client.job(job)["status"] in ("completed", "failed", "cancelled"):
-                text, offset = client.logs(job, offset)
-                sys.stdout.write(text)
-                return
             time.sleep(1.0)
 
 

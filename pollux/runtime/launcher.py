@@ -38,7 +38,7 @@ class LaunchRequest:
     job: str
     command: tuple[str, ...]
     allocation: Allocation
-    log_path: Path  # every worker's stdout and stderr, appended, each line prefixed with "[rank N] "
+    log_dir: Path  # rank R's stdout and stderr go to rank-R.log here, opened by the worker (pollux.runtime.joblog)
     cwd: Path
     env: Mapping[str, str] = field(default_factory=dict)  # POLLUX_* variables, added to the inherited environment
     lock_path: Path | None = None  # held by the group's workers while any lives (local launcher; module docstring)

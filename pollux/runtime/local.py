@@ -12,6 +12,8 @@ for a scheduler that can die:
   without `setpriv` does a `preexec_fn` set it.
 * Every worker is recorded with its start time (`/proc/<pid>/stat`), so that a restarted scheduler can `reap`
   strays a previous one left behind without ever signalling an unrelated process that reused the pid.
+* A worker writes its output straight into its rank's log file (`pollux.runtime.joblog`), never into a pipe to
+  the scheduler: after the scheduler died, a `print` on the way to the checkpoint must not fail.
 * A scheduler killed before it recorded the workers cannot reap them; the request's `lock_path` keeps it from
   starting a second group beside them: every worker inherits an exclusive `flock` on it, so it is held until the
   last of them (and of their children) exits, and a launch that finds it held fails as transient.
@@ -38,24 +40,23 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Literal
+from typing import Literal
 
 from pollux.cluster import Cluster
 from pollux.errors import LaunchError, SpecError, UnknownJobError
+from pollux.runtime.joblog import open_rank_log
 from pollux.runtime.launcher import EXIT_STOPPED, LaunchRequest, WorkerInfo
 
 SlotKind = Literal["gpu", "cpu"]
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _PYTHON_NAMES = ("python", "python3")
-_LOG_LINE_MAX = 65536  # bytes: a longer line (or a `\r`-only progress bar) reaches the log in pieces this long
 _LOCK_MARGIN_S = 1.0  # past the stop grace period, how long a launch waits for the previous group's lock
 _LOCK_RETRY_S = 0.05
 # Run by `sh` after `setpriv` set the parent-death signal, before the command: `$0` is the launcher's pid, and a
 # different parent means the launcher died before the signal was armed (nobody would ever send it): exit at once.
 _ORPHAN_CHECK = 'test "$PPID" = "$0" || exit 143; exec "$@"'
 _CRASH_KILL_WAIT_S = 2.0  # how long one `poll` waits for the siblings of a crashed worker to die after SIGKILL
-_READER_JOIN_S = 1.0  # how long `poll`/`forget`/`shutdown` wait for a log reader to drain an exited worker's pipe
 
 
 def detect_gpus() -> list[str]:
@@ -288,7 +289,6 @@ class _Group:
     procs: list[subprocess.Popen[bytes]]
     workers: list[WorkerInfo]
     slots: list[int]
-    readers: list[threading.Thread] = field(default_factory=list)
     codes: list[int | None] = field(default_factory=list)
     crash_code: int | None = None
     exit_code: int | None = None
@@ -366,14 +366,9 @@ class LocalLauncher:
         old = self._groups.get(request.job)
         if old is not None:
             self._drop(request.job)  # exited: `_check_launchable` refuses a running one
-        try:
-            request.log_path.parent.mkdir(parents=True, exist_ok=True)
-            request.log_path.touch()
-        except OSError as exc:
-            raise LaunchError(f"job {request.job}: cannot write its log {request.log_path} ({exc})") from exc
         slots = [s for s in range(len(self._devices)) if not self._slot_taken(s)][:n]
         group = _Group(procs=[], workers=[], slots=slots)
-        port, log_lock = _free_port(), threading.Lock()
+        port = _free_port()
         for rank, slot in enumerate(slots):
             env = worker_env(
                 request.env,
@@ -387,7 +382,12 @@ class LocalLauncher:
                 cuda_visible_devices=self._devices[slot],
             )
             try:
-                self._start_worker(group, request, command, env, log_lock, lock_fd)
+                log_fd = open_rank_log(request.log_dir, rank, n, self._host)
+            except OSError as exc:
+                self._abort(group)
+                raise LaunchError(f"job {request.job}: cannot write its log in {request.log_dir} ({exc})") from exc
+            try:
+                self._start_worker(group, request, command, env, log_fd, lock_fd)
             except (OSError, subprocess.SubprocessError) as exc:
                 self._abort(group)
                 transient = isinstance(exc, OSError) and exc.errno in (errno.EAGAIN, errno.ENOMEM)  # out of processes
@@ -421,36 +421,31 @@ class LocalLauncher:
         request: LaunchRequest,
         command: list[str],
         env: dict[str, str],
-        log_lock: threading.Lock,
+        log_fd: int,
         lock_fd: int | None,
     ) -> None:
-        """Start the next rank of `group` in its own session, dying with us, holding the job's lock (if any), its
-        output copied to the job's log."""
+        """Start the next rank of `group` in its own session, dying with us, holding the job's lock (if any),
+        writing its output into `log_fd` (closed here: the worker holds its own copy)."""
         rank = len(group.procs)
         argv, preexec_fn = die_with_parent(command)
-        proc = subprocess.Popen(
-            argv,
-            cwd=request.cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            pass_fds=() if lock_fd is None else (lock_fd,),
-            preexec_fn=preexec_fn,
-        )
+        try:
+            proc = subprocess.Popen(
+                argv,
+                cwd=request.cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log_fd,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=() if lock_fd is None else (lock_fd,),
+                preexec_fn=preexec_fn,
+            )
+        finally:
+            os.close(log_fd)
         group.procs.append(proc)
         group.codes.append(None)
         ticks = process_start_ticks(proc.pid) or 0
         group.workers.append(WorkerInfo(rank=rank, node=0, pid=proc.pid, host=self._host, start_ticks=ticks))
-        reader = threading.Thread(
-            target=copy_lines,
-            args=(proc.stdout, request.log_path, f"[rank {rank}] ".encode(), log_lock),
-            name=f"pollux-log-{request.job}-{rank}",
-            daemon=True,
-        )
-        reader.start()
-        group.readers.append(reader)
 
     def poll(self, job: str) -> int | None:
         """None while any worker runs; then the group's exit code. A crashed worker gets its siblings killed at
@@ -463,8 +458,6 @@ class LocalLauncher:
                 self._collect(group)
             if group.exit_code is not None or any(c is None for c in group.codes):
                 return group.exit_code
-            for reader in group.readers:
-                reader.join(_READER_JOIN_S)  # the log is complete once the code is out
             codes = [c for c in group.codes if c is not None]
             group.exit_code = group.crash_code if group.crash_code is not None else group_exit_code(codes)
             return group.exit_code
@@ -499,15 +492,10 @@ class LocalLauncher:
         return reap_processes(workers, self._host, self._stop_grace_s)
 
     def shutdown(self) -> None:
-        """Refuse further launches and let the log readers of exited workers finish; running jobs keep running
-        (stop them first: they would lose their log pipe, and the kernel SIGTERMs them when this process ends)."""
+        """Refuse further launches; running jobs keep running (stop them first: the kernel SIGTERMs them when the
+        thread that launched them ends)."""
         with self._lock:
             self._closed = True
-            groups = list(self._groups.values())
-        for group in groups:
-            if not group.running():
-                for reader in group.readers:
-                    reader.join(_READER_JOIN_S)
 
     def _group(self, job: str) -> _Group:
         group = self._groups.get(job)
@@ -563,21 +551,6 @@ class LocalLauncher:
         self._kill_running(group)
         for proc in group.procs:
             proc.wait()
-        for reader in group.readers:
-            reader.join(_READER_JOIN_S)
 
     def _drop(self, job: str) -> None:
-        group = self._groups.pop(job)
-        for reader in group.readers:
-            reader.join(_READER_JOIN_S)
-
-
-def copy_lines(pipe: IO[bytes], log_path: Path, prefix: bytes, lock: threading.Lock) -> None:
-    """Append a worker's output to the job's log line by line, each prefixed with its rank. The group's lock
-    keeps lines of different ranks whole; a final line without a newline gets one. A line longer than 64 KiB
-    (a progress bar redrawn with `\r` is one endless line) is written in pieces, so memory stays bounded."""
-    with pipe, open(log_path, "ab") as log:
-        for line in iter(functools.partial(pipe.readline, _LOG_LINE_MAX), b""):
-            with lock:
-                log.write(prefix + (line if line.endswith(b"\n") else line + b"\n"))
-                log.flush()
+        self._groups.pop(job)

@@ -4,7 +4,8 @@ A worker group is one placement group with a bundle per GPU, each bundle pinned 
 on Ray's built-in `ray.io/node-id` label: the reservation is atomic (all or nothing) and lands exactly where the
 policy's allocation says. Inside each bundle an actor starts one rank's training command as a subprocess, wired
 like `torchrun` (`RANK` in node order, then local; `MASTER_ADDR` is the rank-0 node's IP, `MASTER_PORT` a port
-rank 0's actor found free on that node), and copies its output into the job's log, each line prefixed `[rank N] `.
+rank 0's actor found free on that node), its output written by itself into its rank's log file
+(`pollux.runtime.joblog`): a worker never depends on its actor or the scheduler being alive to print.
 
 Assumptions and guarantees:
 
@@ -42,9 +43,9 @@ from typing import TYPE_CHECKING, Any
 
 from pollux.cluster import Cluster, num_nodes_used
 from pollux.errors import LaunchError, UnknownJobError
+from pollux.runtime.joblog import open_rank_log
 from pollux.runtime.launcher import EXIT_STOPPED, LaunchRequest, WorkerInfo
 from pollux.runtime.local import (
-    copy_lines,
     die_with_parent,
     exit_code,
     group_exit_code,
@@ -87,7 +88,6 @@ class _WorkerActor:
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
-        self._reader: threading.Thread | None = None
 
     def where(self) -> tuple[str, str]:
         """This actor's Ray node id and IP address."""
@@ -102,9 +102,9 @@ class _WorkerActor:
             return s.getsockname()[1]
 
     def start(
-        self, command: Sequence[str], env: Mapping[str, str], wiring: Mapping[str, Any], cwd: str, log_path: str
+        self, command: Sequence[str], env: Mapping[str, str], wiring: Mapping[str, Any], cwd: str, log_dir: str
     ) -> _Started:
-        """Start the worker in its own session, dying with this actor, its output appended to the job's log.
+        """Start the worker in its own session, dying with this actor, writing its output into its rank's log.
         `wiring` holds the keyword arguments of `pollux.runtime.local.worker_env`; the node's environment is
         this actor's."""
         full_env = worker_env(env, **wiring)
@@ -114,35 +114,30 @@ class _WorkerActor:
             return _Started(error=str(exc))
         argv, preexec_fn = die_with_parent(resolved)
         try:
-            Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+            log_fd = open_rank_log(Path(log_dir), wiring["rank"], wiring["world_size"], socket.gethostname())
+        except OSError as exc:
+            return _Started(error=f"cannot write its log in {log_dir} ({exc})")
+        try:
             self._proc = subprocess.Popen(
                 argv,
                 cwd=cwd,
                 env=full_env,
                 stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
+                stdout=log_fd,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 preexec_fn=preexec_fn,
             )
         except (OSError, subprocess.SubprocessError) as exc:
             return _Started(error=f"cannot start {resolved[0]!r}: {exc}")
-        rank = wiring["rank"]
-        self._reader = threading.Thread(
-            target=copy_lines,
-            args=(self._proc.stdout, Path(log_path), f"[rank {rank}] ".encode(), threading.Lock()),
-            name=f"pollux-log-{rank}",
-            daemon=True,
-        )
-        self._reader.start()
+        finally:
+            os.close(log_fd)
         return _Started(pid=self._proc.pid, start_ticks=process_start_ticks(self._proc.pid) or 0)
 
     def poll(self) -> int | None:
-        """None while the worker runs, then its exit code (a signal s as 128 + s), its output flushed to the log."""
+        """None while the worker runs, then its exit code (a signal s as 128 + s)."""
         if self._proc is None or self._proc.poll() is None:
             return None
-        if self._reader is not None:
-            self._reader.join(1.0)
         return exit_code(self._proc.returncode)
 
     def terminate(self) -> None:
@@ -394,7 +389,7 @@ class RayLauncher:
                 "cuda_visible_devices": None if self._gpu_resource == "GPU" else "",
             }
             env = {**request.env, "POLLUX_RAY_NODE_ID": places[rank][0]}
-            refs.append(actor.start.remote(list(request.command), env, wiring, str(request.cwd), str(request.log_path)))
+            refs.append(actor.start.remote(list(request.command), env, wiring, str(request.cwd), str(request.log_dir)))
         started: list[_Started] = ray.get(refs, timeout=_ACTOR_CALL_TIMEOUT_S)
         for rank, s in enumerate(started):
             if s.error is not None:

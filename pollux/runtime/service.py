@@ -35,6 +35,7 @@ from pollux.engine import Decision, Scheduler
 from pollux.errors import LaunchError, ReportError, SpecError, UnknownJobError
 from pollux.policies.base import JobView, Policy, exploration_bound
 from pollux.policies.registry import policy_class
+from pollux.runtime import joblog
 from pollux.runtime.launcher import EXIT_STOPPED, Launcher, LaunchRequest
 from pollux.runtime.spec import JobSpec
 from pollux.runtime.store import FINAL, JobState, StateStore
@@ -64,8 +65,9 @@ class ServiceConfig:
     def job_dir(self, name: str) -> Path:
         return self.state_dir / "jobs" / name
 
-    def log_path(self, name: str) -> Path:
-        return self.job_dir(name) / "log.txt"
+    def log_dir(self, name: str) -> Path:
+        """The job's rank logs (`pollux.runtime.joblog`)."""
+        return self.job_dir(name) / "logs"
 
     def report_path(self, name: str) -> Path:
         return self.job_dir(name) / "report.json"
@@ -365,7 +367,7 @@ class Service:
             job=name,
             command=spec.command,
             allocation=allocation,
-            log_path=self.config.log_path(name),
+            log_dir=self.config.log_dir(name),
             cwd=spec.workdir or Path.cwd(),
             env={
                 "POLLUX_JOB_NAME": name,
@@ -444,11 +446,7 @@ class Service:
             return None
 
     def _log_tail(self, name: str) -> str:
-        try:
-            lines = self.config.log_path(name).read_text(encoding="utf-8", errors="replace").splitlines()
-        except FileNotFoundError:
-            return "(no log)"
-        return "\n".join(lines[-LOG_TAIL_LINES:])
+        return joblog.tail(self.config.log_dir(name), LOG_TAIL_LINES)
 
 
 class _Backend:

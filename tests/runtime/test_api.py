@@ -98,9 +98,11 @@ def test_bad_specs_and_unknown_jobs_get_clear_errors_and_the_service_keeps_runni
     wait_for(lambda: api.job("fine")["status"] == "completed", 60, "the good job to complete")
     detail = api.job("fine")
     assert [entry["status"] for entry in detail["history"]] == ["pending", "running", "completed"]
-    text, offset = api.logs("fine")
-    assert "[rank 1] done" in text and offset == len(text.encode())
-    assert api.logs("fine", offset) == ("", offset)
+    text, cursor = api.logs("fine")
+    assert "[rank 1] done" in text and "[rank 0] done" in text
+    assert api.logs("fine", cursor) == ("", cursor)  # nothing new since
+    with pytest.raises(ServiceError, match="bad log cursor"):
+        api.logs("fine", "0:x")
 
 
 def test_a_client_without_a_service_says_how_to_start_one(tmp_path):

@@ -19,6 +19,7 @@ from runtime_jobs import CRASH, ENV_DUMP, TERM_WAITER, pid_alive, wait_for
 from pollux.agent.report import read_report
 from pollux.errors import LaunchError, UnknownJobError
 from pollux.runtime import local
+from pollux.runtime.joblog import rank_log_path, read_merged, tail
 from pollux.runtime.launcher import EXIT_STOPPED, LaunchRequest, WorkerInfo
 from pollux.runtime.local import LocalLauncher, process_start_ticks
 
@@ -47,7 +48,7 @@ class Jobs:
         return path
 
     def request(self, job: str, command: tuple[str, ...], n: int, **kwargs) -> LaunchRequest:
-        fields = {"allocation": (n,), "log_path": self.tmp_path / "logs" / f"{job}.log", "cwd": self.tmp_path}
+        fields = {"allocation": (n,), "log_dir": self.tmp_path / "logs" / job, "cwd": self.tmp_path}
         return LaunchRequest(job=job, command=command, **{**fields, **kwargs})
 
     def start(self, job: str, source: str, n: int, **kwargs) -> list[WorkerInfo]:
@@ -190,28 +191,22 @@ def test_a_crash_kills_the_siblings_and_their_helpers_and_reports_its_code(jobs:
     wait_for(lambda: not pid_alive(int(helper.read_text())), timeout=5, what="the helper to die")
 
 
-def test_output_is_appended_to_the_log_line_by_line_with_the_rank(jobs: Jobs) -> None:
-    log = jobs.tmp_path / "deep" / "logs" / "job.log"
-    jobs.start("job", CHATTY, 2, log_path=log)
+def test_each_rank_writes_its_own_log_and_a_relaunch_appends(jobs: Jobs) -> None:
+    logs = jobs.tmp_path / "deep" / "logs" / "job"
+    jobs.start("job", CHATTY, 2, log_dir=logs)
     assert jobs.wait("job") == 0
-    lines = log.read_text().splitlines()
-    assert len(lines) == 2 * 203
     for rank in range(2):
-        mine = [line for line in lines if line.startswith(f"[rank {rank}] ")]
-        assert mine.count(f"[rank {rank}] long {rank} " + "x" * 5000) == 200  # whole lines, never interleaved
-        assert {f"[rank {rank}] out {rank}", f"[rank {rank}] err {rank}", f"[rank {rank}] tail {rank}"} <= set(mine)
+        lines = rank_log_path(logs, rank).read_text().splitlines()
+        assert lines[0].startswith("[pollux] ") and lines[0].endswith(f"rank {rank} of 2 on {socket.gethostname()}")
+        assert lines.count(f"long {rank} " + "x" * 5000) == 200  # whole lines: nobody else writes this file
+        assert {f"out {rank}", f"err {rank}", f"tail {rank}"} <= set(lines)
     jobs.launcher.forget("job")
-    jobs.start("job", "print('again')", 1, log_path=log)
+    jobs.start("job", "print('again')", 1, log_dir=logs)
     assert jobs.wait("job") == 0
-    assert log.read_text().splitlines()[-1] == "[rank 0] again"  # appended, not overwritten
-
-
-def test_a_line_longer_than_64_kib_reaches_the_log_in_pieces(jobs: Jobs) -> None:
-    # a progress bar redrawn with "\r" never ends its line: reading it whole would grow without bound
-    jobs.start("bar", "import sys; sys.stdout.write('x' * 1_000_000); print(); print('end')", 1)
-    assert jobs.wait("bar") == 0
-    lines = (jobs.tmp_path / "logs" / "bar.log").read_text().splitlines()
-    assert lines == ["[rank 0] " + "x" * 65536] * 15 + ["[rank 0] " + "x" * (1_000_000 - 15 * 65536), "[rank 0] end"]
+    lines = rank_log_path(logs, 0).read_text().splitlines()
+    assert lines[-2].endswith("rank 0 of 1 on " + socket.gethostname()) and lines[-1] == "again"  # appended
+    merged = read_merged(logs, partial=True)[0].splitlines()
+    assert "[rank 0] again" in merged and "[rank 1] tail 1" in merged
 
 
 def test_a_missing_executable_or_cwd_is_refused_before_anything_starts(jobs: Jobs) -> None:
@@ -281,7 +276,7 @@ def test_a_new_scheduler_cannot_start_a_job_whose_previous_group_still_runs(jobs
     second.launch(request)  # the lock went with the last worker
     wait_for(lambda: second.poll("job") is not None, what="the second group to finish")
     assert second.poll("job") == 0
-    assert "[rank 0] second" in request.log_path.read_text().splitlines()
+    assert "second" in rank_log_path(request.log_dir, 0).read_text().splitlines()
 
 
 SCHEDULER = """
@@ -292,14 +287,36 @@ SCHEDULER = """
     out, worker = Path(sys.argv[1]), sys.argv[2]
     launcher = LocalLauncher(slots=1)
     launcher.launch(LaunchRequest(job="job", command=("python", worker, str(out)), allocation=(1,),
-                                  log_path=out / "job.log", cwd=out))
+                                  log_dir=out / "logs", cwd=out))
     time.sleep(60)
 """
 
 
-def test_workers_get_sigterm_when_the_scheduler_is_killed(jobs: Jobs) -> None:
+# On SIGTERM, prints a burst of lines on the way to its "checkpoint" (a marker file), as a training script does.
+TERM_PRINTER = """
+    import os, signal, sys, time
+    out, rank = sys.argv[1], os.environ["RANK"]
+    stop = False
+    def on_term(signum, frame):
+        global stop
+        stop = True
+    signal.signal(signal.SIGTERM, on_term)
+    open(os.path.join(out, f"ready-{rank}"), "w").write(str(os.getpid()))
+    for _ in range(600):
+        if stop:
+            for i in range(200):
+                print(f"saving {i}", flush=True)
+            open(os.path.join(out, f"term-{rank}"), "w").write("ok")
+            sys.exit(143)
+        print("step", flush=True)
+        time.sleep(0.05)
+"""
+
+
+def test_workers_get_sigterm_and_checkpoint_when_the_scheduler_is_killed(jobs: Jobs) -> None:
+    # Their output never passes through the scheduler: printing after its death must not kill them (issue 15).
     out = jobs.tmp_path
-    worker, scheduler = jobs.script("worker", TERM_WAITER), jobs.script("scheduler", SCHEDULER)
+    worker, scheduler = jobs.script("worker", TERM_PRINTER), jobs.script("scheduler", SCHEDULER)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, str(scheduler), str(out), str(worker)], env=env, start_new_session=True)
     try:
@@ -307,8 +324,9 @@ def test_workers_get_sigterm_when_the_scheduler_is_killed(jobs: Jobs) -> None:
         pid = int((out / "ready-0").read_text())
         proc.kill()
         proc.wait()
-        wait_for((out / "term-0").exists, timeout=10, what="the worker's SIGTERM marker")
+        wait_for((out / "term-0").exists, timeout=10, what="the worker's checkpoint marker")
         wait_for(lambda: not pid_alive(pid), timeout=10, what="the orphaned worker to exit")
+        assert "saving 199" in rank_log_path(out / "logs", 0).read_text().splitlines()
     finally:
         proc.kill()
         proc.wait()
@@ -393,11 +411,11 @@ def test_two_agent_workers_train_the_digits_example(jobs: Jobs) -> None:
     report = jobs.tmp_path / "report.json"
     env = {"POLLUX_CHECKPOINT_DIR": str(jobs.tmp_path / "ckpt"), "POLLUX_REPORT_PATH": str(report)}
     command = ("python", str(REPO / "examples" / "digits_mlp.py"), "--epochs", "1")
-    log = jobs.tmp_path / "digits.log"
-    jobs.launcher.launch(jobs.request("digits", command, 2, env=env, cwd=REPO, log_path=log))
+    logs = jobs.tmp_path / "digits-logs"
+    jobs.launcher.launch(jobs.request("digits", command, 2, env=env, cwd=REPO, log_dir=logs))
     jobs.started.append("digits")
     code = jobs.wait("digits", timeout_s=120)
-    assert code == 0, log.read_text()[-3000:]
-    assert "[rank 0] epoch   0  loss" in log.read_text()
+    assert code == 0, tail(logs, 40)
+    assert "[rank 0] epoch   0  loss" in read_merged(logs)[0]
     done = read_report(report)
     assert (done.status, done.batch.num_replicas) == ("finished", 2)

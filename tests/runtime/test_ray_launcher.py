@@ -21,6 +21,7 @@ from ray.cluster_utils import Cluster as RayCluster  # noqa: E402
 from pollux.agent.report import read_report  # noqa: E402
 from pollux.cluster import Cluster  # noqa: E402
 from pollux.errors import LaunchError, UnknownJobError  # noqa: E402
+from pollux.runtime.joblog import read_merged  # noqa: E402
 from pollux.runtime.launcher import EXIT_STOPPED, LaunchRequest, WorkerInfo  # noqa: E402
 from pollux.runtime.local import process_start_ticks  # noqa: E402
 from pollux.runtime.ray_launcher import EXIT_LOST, RayLauncher  # noqa: E402
@@ -64,7 +65,7 @@ class Jobs:
         self.launcher, self.tmp_path, self.started = launcher, tmp_path, []
 
     def request(self, job: str, command: tuple[str, ...], allocation: tuple[int, ...], **kwargs) -> LaunchRequest:
-        fields = {"allocation": allocation, "log_path": self.tmp_path / "logs" / f"{job}.log", "cwd": self.tmp_path}
+        fields = {"allocation": allocation, "log_dir": self.tmp_path / "logs" / job, "cwd": self.tmp_path}
         return LaunchRequest(job=job, command=command, **{**fields, **kwargs})
 
     def start(self, job: str, source: str, allocation: tuple[int, ...], **kwargs) -> list[WorkerInfo]:
@@ -134,8 +135,8 @@ def test_a_job_on_two_nodes_gets_one_rank_per_node_in_pool_order(jobs: Jobs) -> 
     assert [(w.rank, w.node, w.pid, w.start_ticks) for w in workers] == [
         (rank, rank, env["pid"], env["start_ticks"]) for rank, env in enumerate(seen)
     ]
-    log = (jobs.tmp_path / "logs" / "env.log").read_text().splitlines()
-    assert sorted(log) == ["[rank 0] hello from 0", "[rank 1] hello from 1"]
+    log = read_merged(jobs.tmp_path / "logs" / "env")[0].splitlines()
+    assert [line for line in log if "[pollux]" not in line] == ["[rank 0] hello from 0", "[rank 1] hello from 1"]
 
 
 def test_a_job_on_one_node_keeps_both_ranks_there(jobs: Jobs) -> None:

@@ -12,6 +12,7 @@ import pytest
 from runtime_jobs import pid_alive, wait_for, write_spec
 
 from pollux.errors import SpecError, UnknownJobError
+from pollux.runtime import joblog
 from pollux.runtime.local import LocalLauncher
 from pollux.runtime.service import Service, ServiceConfig
 from pollux.runtime.spec import load_spec
@@ -59,7 +60,7 @@ def test_a_job_runs_to_completion_with_its_history(running, counter_job):
     state = running.service.store.job("short")
     assert [status for _, status, _ in running.service.store.history("short")] == ["pending", "running", "completed"]
     assert state.allocation == () and not running.service.store.workers("short")
-    log = running.config.log_path("short").read_text()
+    log = joblog.read_merged(running.config.log_dir("short"))[0]
     assert "[rank 0] start world=2 step=0" in log and "[rank 1] done" in log
 
 
