@@ -12,6 +12,7 @@ import contextlib
 import contextvars
 import io
 import logging
+import math
 import os
 import signal
 import socket
@@ -40,6 +41,12 @@ LOG = logging.getLogger("pollux.agent")
 
 CHECKPOINT_FORMAT = 1
 REPORT_INTERVAL_S = 2.0  # a running job rewrites its report at most this often (the scheduler polls far less)
+# Periodic checkpoints bound what a crash (of a worker, a node, or everything) loses to one interval. Without a
+# setting, the interval follows the measured cost of a save: at least AUTO_CHECKPOINT_MIN_S, and long enough that
+# saving takes at most 1/AUTO_CHECKPOINT_COST_FACTOR of the time (1%; see benchmarks/kill_recovery for the costs).
+CHECKPOINT_INTERVAL_ENV = "POLLUX_CHECKPOINT_INTERVAL_S"
+AUTO_CHECKPOINT_MIN_S = 30.0
+AUTO_CHECKPOINT_COST_FACTOR = 100.0
 EXIT_CODE_STOPPED = 143  # 128 + SIGTERM, what a launcher expects from a worker it asked to stop
 
 _CURRENT: contextvars.ContextVar[AgentContext | None] = contextvars.ContextVar("pollux_agent", default=None)
@@ -62,6 +69,7 @@ def init_process_group(
     checkpoint_dir: str | os.PathLike[str] | None = None,
     report_path: str | os.PathLike[str] | None = None,
     job_name: str | None = None,
+    checkpoint_interval_s: float | None = None,
 ) -> AgentContext:
     """Join the job's process group and restore the latest good checkpoint, if any.
 
@@ -69,6 +77,8 @@ def init_process_group(
     `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`, `LOCAL_RANK`); without them this is a one-process group.
     `checkpoint_dir` defaults to `$POLLUX_CHECKPOINT_DIR`, `report_path` to `$POLLUX_REPORT_PATH`, `job_name` to
     `$POLLUX_JOB_NAME`; without a checkpoint directory a stop request exits without saving.
+    `checkpoint_interval_s` (default `$POLLUX_CHECKPOINT_INTERVAL_S`, else chosen from the measured cost of a save,
+    see `AUTO_CHECKPOINT_MIN_S`) is how often training checkpoints on its own, between steps.
     """
     if _CURRENT.get() is not None:
         raise AgentError("init_process_group was already called in this process (call agent.close() first)")
@@ -85,6 +95,10 @@ def init_process_group(
         else:
             dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     rank, world_size = dist.get_rank(), dist.get_world_size()
+    if checkpoint_interval_s is None:
+        checkpoint_interval_s = _interval_from_env(env.get(CHECKPOINT_INTERVAL_ENV))
+    elif not (math.isfinite(checkpoint_interval_s) and checkpoint_interval_s > 0):
+        raise AgentError(f"checkpoint_interval_s must be a number of seconds > 0, got {checkpoint_interval_s!r}")
     checkpoint_dir = checkpoint_dir or env.get("POLLUX_CHECKPOINT_DIR") or None
     report_path = report_path or env.get("POLLUX_REPORT_PATH") or None
     agent = AgentContext(
@@ -96,6 +110,7 @@ def init_process_group(
         report_path=Path(report_path) if report_path else None,
         job_name=job_name or env.get("POLLUX_JOB_NAME") or None,
         owns_group=owns_group,
+        checkpoint_interval_s=checkpoint_interval_s,
     )
     agent.restore_checkpoint()
     agent.install_signal_handler()
@@ -112,6 +127,19 @@ def remaining_epochs_until(epochs: int) -> Iterator[int]:
         yield agent.epoch
         agent.finish_epoch()
     agent.write_report("finished")
+
+
+def _interval_from_env(value: str | None) -> float | None:
+    """`$POLLUX_CHECKPOINT_INTERVAL_S`: seconds > 0, or unset/empty/"auto" for the cost-based default."""
+    if value is None or value.strip() in ("", "auto"):
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise AgentError(f"{CHECKPOINT_INTERVAL_ENV}={value!r}: expected seconds > 0 (e.g. 300) or 'auto'")
+    return seconds
 
 
 def _count_nodes(world_size: int) -> int:
@@ -138,6 +166,7 @@ class AgentContext:
         report_path: Path | None,
         job_name: str | None,
         owns_group: bool,
+        checkpoint_interval_s: float | None = None,
     ) -> None:
         self.rank, self.world_size, self.local_rank, self.num_nodes = rank, world_size, local_rank, num_nodes
         self.checkpoint_dir, self.report_path, self.job_name = checkpoint_dir, report_path, job_name
@@ -152,6 +181,11 @@ class AgentContext:
         self.started_at_s = time.time()
         self.stop_requested_locally = False  # set by SIGTERM or request_stop(), on this process only
         self.stop_agreed = False  # set once every replica knows some replica was asked to stop
+        self.checkpoint_interval_setting_s = checkpoint_interval_s  # None: follow the measured save cost
+        self.checkpoint_agreed = False  # set when every replica knows a periodic checkpoint fell due somewhere
+        self.last_save_s: float | None = None  # wall time of the last checkpoint (all ranks wait for it)
+        self.restored_from: Path | None = None  # the checkpoint this process resumed from
+        self.restored_saved_at_s: float | None = None  # when that checkpoint was written (time.time())
         self.model: AdaptiveDataParallel | None = None
         self.loader: AdaptiveDataLoader | None = None  # the training loader (the first one created)
         self._owns_group = owns_group
@@ -161,6 +195,7 @@ class AgentContext:
         self._previous_sigterm: Any = None
         self._warned_no_store = False
         self._fitted_at = -float("inf")  # time.monotonic() of the last throughput fit (rank 0)
+        self._checkpointed_at: float | None = None  # of the last save, or of the first step (start-up is not work)
         self._reported_at = -float("inf")
 
     @property
@@ -202,6 +237,7 @@ class AgentContext:
             self.throughput_log.load_state_dict(state["throughput_log"])
             self._restored = payload["components"]
             self._rng_pending = payload["rng"]
+            self.restored_from, self.restored_saved_at_s = loaded.path, float(payload.get("saved_at_s", 0.0))
             if self.rank == 0:
                 LOG.info(
                     "restored %s: epoch %d, step %d (saved by %d replicas, now %d)",
@@ -272,6 +308,8 @@ class AgentContext:
         Returns whether the loader must re-plan with a new batch configuration."""
         if not self.tracker.stepped:
             return False  # no optimizer step (an evaluation loop): nothing to measure or decide
+        if self._checkpointed_at is None:
+            self._checkpointed_at = time.monotonic()  # the periodic clock starts with training, not with start-up
         if timing.full and not warm:
             self.throughput_log.record(
                 self.num_nodes,
@@ -281,8 +319,11 @@ class AgentContext:
                 timing.compute_s,
                 timing.step_s,
             )
-        if self.stop_agreed and loader.position < len(loader.dataset):
+        mid_epoch = loader.position < len(loader.dataset)  # at the end, finish_epoch stops or saves
+        if self.stop_agreed and mid_epoch:
             self.checkpoint_and_exit()
+        if mid_epoch and self._periodic_checkpoint_agreed():
+            self.save_checkpoint()
         if self.steps % loader.adapt_interval_steps != 0:
             return False
         changed = self.decide_batch(loader)
@@ -308,12 +349,34 @@ class AgentContext:
         """Ask the job to checkpoint and exit 143 at the next step boundary (as SIGTERM does)."""
         self.stop_requested_locally = True
 
+    @property
+    def checkpoint_interval_s(self) -> float:
+        """Seconds between periodic checkpoints: the setting, else from the measured cost of the last save."""
+        if self.checkpoint_interval_setting_s is not None:
+            return self.checkpoint_interval_setting_s
+        return max(AUTO_CHECKPOINT_MIN_S, AUTO_CHECKPOINT_COST_FACTOR * (self.last_save_s or 0.0))
+
+    def checkpoint_due(self) -> bool:
+        """This process's own clock says a periodic checkpoint is due (only with somewhere to save it)."""
+        since = self._checkpointed_at
+        return self._store is not None and since is not None and time.monotonic() - since >= self.checkpoint_interval_s
+
+    def _periodic_checkpoint_agreed(self) -> bool:
+        """Whether every replica saves now: agreed through the statistics exchange when distributed (so all of
+        them are at the same step), this process's clock otherwise."""
+        return self.checkpoint_agreed if self.distributed else self.checkpoint_due()
+
     def agree_stop(self) -> bool:
-        """Collective: whether any replica has been asked to stop."""
+        """Collective: whether any replica has been asked to stop (and, on the way, whether a periodic
+        checkpoint fell due on any)."""
         if self.model is not None:
             self.model.flush_statistics()
         flag = self.stop_requested_locally or self.stop_agreed
-        if self.distributed:
+        if self.distributed and self.model is None:  # no exchange carried the flags: share them here
+            tensor = torch.tensor([float(flag), float(self.checkpoint_due())])
+            dist.all_reduce(tensor)
+            flag, self.checkpoint_agreed = bool(tensor[0].item() > 0), bool(tensor[1].item() > 0)
+        elif self.distributed:
             tensor = torch.tensor([float(flag)])
             dist.all_reduce(tensor)
             flag = bool(tensor.item() > 0)
@@ -324,10 +387,14 @@ class AgentContext:
         self.epoch += 1
         if self.agree_stop():
             self.checkpoint_and_exit()
+        if self._periodic_checkpoint_agreed():
+            self.save_checkpoint()
 
     def save_checkpoint(self) -> Path | None:
         """Collective: rank 0 writes model, optimizer, scheduler, loader position, epoch, measurement history and
-        every rank's RNG state into one new checkpoint file; all ranks wait until it is on disk."""
+        every rank's RNG state into one new checkpoint file; all ranks wait until it is on disk. Restarts the
+        periodic-checkpoint clock on every rank and measures what the save cost."""
+        started = time.monotonic()
         if self.model is not None:
             self.model.flush_statistics()  # the last step's statistics belong in the checkpoint
         rng = capture_rng()
@@ -369,6 +436,9 @@ class AgentContext:
                 LOG.info("checkpoint saved to %s (epoch %d, step %d)", path, self.epoch, self.steps)
         if self.distributed:
             dist.barrier()
+        self._checkpointed_at = time.monotonic()
+        self.last_save_s = self._checkpointed_at - started
+        self.checkpoint_agreed = False  # the flush above completed every exchange that could still ask for one
         return path
 
     def checkpoint_and_exit(self) -> NoReturn:

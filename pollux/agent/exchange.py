@@ -1,7 +1,8 @@
-"""Sharing the replicas' local gradient statistics, and stop requests, at a small cost per step.
+"""Sharing the replicas' local gradient statistics, stop and checkpoint requests, at a small cost per step.
 
 The local-vs-global noise-scale estimate (pollux.agent.gns) needs every replica's Σ|local micro-gradient|² summed
-over replicas, and a stop request must reach every replica at the same step. Both ride on one small all-reduce. On
+over replicas, and a stop request (SIGTERM) or a periodic checkpoint that falls due must reach every replica at the
+same step. All three ride on one small all-reduce. On
 a busy host a collective costs a millisecond or more (every process must be scheduled), as much as the agent's
 other per-step work together, so:
 
@@ -10,7 +11,7 @@ other per-step work together, so:
 - a window's all-reduce is launched asynchronously and waited for one step later, so its round trip hides behind
   that step's forward and backward pass.
 
-The price: a stop request (SIGTERM) takes effect up to `interval_steps` + 1 steps later, and the estimate lags as
+The price: a stop or checkpoint request takes effect up to `interval_steps` + 1 steps later, and the estimate lags as
 much. Every replica opens and closes windows at the same steps and waits in the same order, so collectives
 always match.
 """
@@ -46,13 +47,13 @@ class _Window:
 
 @dataclass(frozen=True)
 class _InFlight:
-    values: torch.Tensor  # (Σ local |g_micro|², micro-gradient count, stop flag), being all-reduced
+    values: torch.Tensor  # (Σ local |g_micro|², micro-gradient count, stop flag, checkpoint flag), all-reduced
     work: Any
     window: _Window
 
 
 class StatisticsExchange:
-    """Windows of steps → one async all-reduce each → noise-scale updates and the agreed stop flag."""
+    """Windows of steps → one async all-reduce each → noise-scale updates, the agreed stop and checkpoint flags."""
 
     def __init__(self, noise: NoiseScaleEstimator, interval_steps: int = 4) -> None:
         if interval_steps < 1:
@@ -60,12 +61,14 @@ class StatisticsExchange:
         self.noise = noise
         self.interval_steps = interval_steps
         self.stop_agreed = False
+        self._checkpoint_agreed = False
         self._window: _Window | None = None
         self._in_flight: _InFlight | None = None
 
     def add_step(
         self,
         stop_requested: bool,
+        checkpoint_due: bool,
         local_sqr: float,
         global_sqr: float,
         batch_size: int,
@@ -77,7 +80,7 @@ class StatisticsExchange:
         self._complete()  # the previous window's all-reduce, launched at least one step ago
         window = self._window
         if window is not None and not window.same_configuration(batch_size, init_batch_size, micro_steps):
-            self._close_window(stop_requested)
+            self._close_window(stop_requested, checkpoint_due)
             window = None
         if window is None:
             window = self._window = _Window(batch_size, init_batch_size, micro_steps)
@@ -88,24 +91,31 @@ class StatisticsExchange:
             window.local_count += micro_steps
             window.global_sqr += global_sqr
         if window.steps >= self.interval_steps:
-            self._close_window(stop_requested)
+            self._close_window(stop_requested, checkpoint_due)
 
-    def flush(self, stop_requested: bool) -> None:
+    def flush(self, stop_requested: bool, checkpoint_due: bool) -> None:
         """Collective: close the open window and apply everything still in flight."""
-        self._close_window(stop_requested)
+        self._close_window(stop_requested, checkpoint_due)
         self._complete()
+
+    def take_checkpoint_agreed(self) -> bool:
+        """Whether some replica asked for a checkpoint in an exchange completed since the last call (every replica
+        learns it at the same step); the request is consumed."""
+        agreed, self._checkpoint_agreed = self._checkpoint_agreed, False
+        return agreed
 
     def finish(self) -> None:
         """Wait for the exchange every replica already started, and drop it: a collective left pending when the
         process group is destroyed can abort the process at exit (gloo's worker threads still hold its tensors)."""
         self._complete()
 
-    def _close_window(self, stop_requested: bool) -> None:
+    def _close_window(self, stop_requested: bool, checkpoint_due: bool) -> None:
         window, self._window = self._window, None
         if window is None:
             return
         self._complete()
-        values = torch.tensor([window.local_sqr, window.local_count, float(stop_requested)], dtype=torch.float64)
+        flags = [float(stop_requested), float(checkpoint_due)]
+        values = torch.tensor([window.local_sqr, window.local_count, *flags], dtype=torch.float64)
         self._in_flight = _InFlight(values, dist.all_reduce(values, async_op=True), window)
 
     def _complete(self) -> None:
@@ -113,9 +123,11 @@ class StatisticsExchange:
         if in_flight is None:
             return
         in_flight.work.wait()
-        local_sqr, count, stop = in_flight.values.tolist()
+        local_sqr, count, stop, checkpoint = in_flight.values.tolist()
         if stop > 0:
             self.stop_agreed = True
+        if checkpoint > 0:
+            self._checkpoint_agreed = True
         window = in_flight.window
         if window.measured_steps == 0 or count < 2:
             return

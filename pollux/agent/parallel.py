@@ -209,9 +209,10 @@ class AdaptiveDataParallel(DistributedDataParallel):
         pre = meter.preconditioned_grads() if measure else []
         global_sqr = meter.sqr_norm(pre) if measure else 0.0
         if agent.distributed:
-            stop = agent.stop_requested_locally
-            self._exchange.add_step(stop, local_sqr, global_sqr, batch_size, init_batch_size, micro_steps, measure)
+            stop, due = agent.stop_requested_locally, agent.checkpoint_due()
+            self._exchange.add_step(stop, due, local_sqr, global_sqr, batch_size, init_batch_size, micro_steps, measure)
             agent.stop_agreed = agent.stop_agreed or self._exchange.stop_agreed
+            agent.checkpoint_agreed = agent.checkpoint_agreed or self._exchange.take_checkpoint_agreed()
             return
         agent.stop_agreed = agent.stop_agreed or agent.stop_requested_locally
         if not measure:
@@ -226,11 +227,12 @@ class AdaptiveDataParallel(DistributedDataParallel):
                 self.noise.update(small, batch_size, big, 2 * batch_size, init_batch_size)
 
     def flush_statistics(self) -> None:
-        """Collective: apply every step's statistics still being exchanged, and agree on stop requests."""
+        """Collective: apply every step's statistics still being exchanged, agree on stop and checkpoint requests."""
         agent = self._agent
         if agent is not None and agent.distributed:
-            self._exchange.flush(agent.stop_requested_locally)
+            self._exchange.flush(agent.stop_requested_locally, agent.checkpoint_due())
             agent.stop_agreed = agent.stop_agreed or self._exchange.stop_agreed
+            agent.checkpoint_agreed = agent.checkpoint_agreed or self._exchange.take_checkpoint_agreed()
 
 
 def _forward_to(wrapper: Callable[..., Any], inner: Callable[..., Any]) -> Callable[..., Any]:

@@ -97,6 +97,10 @@ def up(
     stop_grace: Annotated[float, typer.Option(help="Seconds a stopping job may take to checkpoint.")] = 60.0,
     max_attempts: Annotated[int, typer.Option(help="Crashed launches before a job fails.")] = 3,
     backoff: Annotated[float, typer.Option(help="Seconds before the first retry of a crashed job (doubles).")] = 5.0,
+    checkpoint_interval: Annotated[
+        float | None,
+        typer.Option(help="Seconds between jobs' periodic checkpoints (a spec may set its own; default: automatic)."),
+    ] = None,
     host: Annotated[str, typer.Option(help="Address the API binds.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="API port (0: any free port; clients find it in the state dir).")] = 0,
     allow_remote: Annotated[
@@ -111,6 +115,8 @@ def up(
     from pollux.runtime.service import Service, ServiceConfig
 
     _check_bind(host, allow_remote)
+    if checkpoint_interval is not None and not checkpoint_interval > 0:
+        raise ServiceError(f"--checkpoint-interval must be seconds > 0, got {checkpoint_interval:g}")
     directory = state_dir_of(state_dir)
     with exclusive(directory):
         _log_to(directory / "scheduler.log")
@@ -122,6 +128,7 @@ def up(
             stop_grace_s=stop_grace,
             max_attempts=max_attempts,
             backoff_s=backoff,
+            checkpoint_interval_s=checkpoint_interval,
         )
         launcher = _launcher(backend, slots, ray_address, gpu_resource, stop_grace)
         try:

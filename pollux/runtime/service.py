@@ -56,6 +56,7 @@ class ServiceConfig:
     stop_grace_s: float = 60.0  # after SIGTERM, how long a job may take to checkpoint before SIGKILL
     max_attempts: int = 3  # crashed launches before a job is marked failed
     backoff_s: float = 5.0  # wait before the first retry of a crashed job; doubles per crash
+    checkpoint_interval_s: float | None = None  # jobs' periodic checkpoints (a spec may override); None: automatic
     tick_s: float = 0.25  # how often worker groups and reports are polled
 
     @property
@@ -122,6 +123,12 @@ def job_view(
         throughput_params=report.throughput_params if report else None,
         grad_stats=report.grad_stats if report else None,
     )
+
+
+def _interval_env(job_s: float | None, config: ServiceConfig) -> str:
+    """The agent's `POLLUX_CHECKPOINT_INTERVAL_S`: the job's own interval, else the service's, else "auto"."""
+    interval = job_s if job_s is not None else config.checkpoint_interval_s
+    return "auto" if interval is None else f"{interval:g}"
 
 
 @dataclass
@@ -373,6 +380,7 @@ class Service:
                 "POLLUX_JOB_NAME": name,
                 "POLLUX_CHECKPOINT_DIR": str(checkpoint_dir),
                 "POLLUX_REPORT_PATH": str(self.config.report_path(name)),
+                "POLLUX_CHECKPOINT_INTERVAL_S": _interval_env(spec.checkpoint_interval_s, self.config),
             },
             lock_path=self.config.job_dir(name) / "group.lock",
         )

@@ -12,6 +12,7 @@ A spec is a TOML file (stdlib `tomllib`, no extra dependency):
     max_batch_size = 4096
     local_bsz_bounds = [32, 512]              # per-GPU batch the GPU memory allows
     checkpoint_dir = "ckpt/cifar-resnet"      # relative paths are relative to the spec file
+    checkpoint_interval_s = 300               # optional: periodic checkpoints (else the service's, else automatic)
     priority = 0                              # optional
     owner = "alice"                           # optional
 
@@ -41,6 +42,7 @@ FIELDS = (
     "max_batch_size",
     "local_bsz_bounds",
     "checkpoint_dir",
+    "checkpoint_interval_s",
     "priority",
     "owner",
 )
@@ -61,6 +63,7 @@ class JobSpec:
     gpus: int = 1  # requested GPUs, kept by policies that do not change GPU counts
     adaptive: bool = True
     checkpoint_dir: Path | None = None
+    checkpoint_interval_s: float | None = None  # None: the service's setting, else the agent's cost-based default
     priority: int = 0
     owner: str | None = None
     workdir: Path | None = None  # where the command runs: the spec file's folder
@@ -144,6 +147,9 @@ def parse_spec(data: dict[str, Any], source: str = "<spec>", base: Path | None =
     checkpoint = data.get("checkpoint_dir")
     if checkpoint is not None and not isinstance(checkpoint, str):
         raise SpecError(f"{source}: field 'checkpoint_dir': expected a path string, got {checkpoint!r}")
+    interval = data.get("checkpoint_interval_s")
+    if interval is not None and (isinstance(interval, bool) or not isinstance(interval, int | float) or interval <= 0):
+        raise SpecError(f"{source}: field 'checkpoint_interval_s': expected seconds > 0 (e.g. 300), got {interval!r}")
     owner = data.get("owner")
     if owner is not None and not isinstance(owner, str):
         raise SpecError(f"{source}: field 'owner': expected a string, got {owner!r}")
@@ -161,6 +167,7 @@ def parse_spec(data: dict[str, Any], source: str = "<spec>", base: Path | None =
         gpus=gpus,
         adaptive=adaptive,
         checkpoint_dir=None if checkpoint is None else (base / checkpoint),
+        checkpoint_interval_s=None if interval is None else float(interval),
         priority=priority,
         owner=owner,
         workdir=base,

@@ -47,6 +47,9 @@ def main() -> None:
     workdir = Path(args.workdir)
 
     agent = pa.init_process_group("gloo")
+    if agent.rank == 0 and agent.restored_from is not None:
+        with open(workdir / "restores.jsonl", "a") as restores:
+            restores.write(json.dumps({"steps": agent.steps, "saved_at_s": agent.restored_saved_at_s}) + "\n")
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
