@@ -1,4 +1,5 @@
-"""Work lost to `kill -9`: of the scheduler while jobs of 1, 2 and 3 workers train, and of one worker.
+"""Work lost to `kill -9`: of the scheduler while jobs of 1, 2 and 3 workers train, and of one worker; and what a
+periodic checkpoint costs the examples.
 
 Run: .venv/bin/python -m benchmarks.kill_recovery [--kills 10] [--worker-kills 3] [--interval 2] [--seed 0]
 
@@ -11,6 +12,10 @@ Work lost by one incarnation of a job = the training time between the checkpoint
 last step it took (0 when the SIGTERM that PDEATHSIG sends on the scheduler's death saved at the last step); the
 periodic checkpoint interval (`--interval`) bounds it when nothing could save (a killed worker). The tests in
 tests/runtime/test_kill_recovery.py run the same scenario and assert those bounds.
+
+Save cost: each example trains alone for a while with a checkpoint every second; the table gives the median save
+and step times, and the interval the agent picks by itself (`pollux.agent.context.AUTO_CHECKPOINT_*`: at least 30 s,
+and at least 100 saves' worth) with the share of time it then spends saving.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -32,6 +38,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from pollux.agent.context import AUTO_CHECKPOINT_COST_FACTOR, AUTO_CHECKPOINT_MIN_S
 from pollux.runtime.api import Client
 from pollux.runtime.store import StateStore
 
@@ -254,6 +261,40 @@ def run_scenario(
     )
 
 
+EXAMPLES = {
+    "digits_mlp": [str(REPO / "examples" / "digits_mlp.py"), "--epochs", "300"],
+    "cifar_like_cnn": [str(REPO / "examples" / "cifar_like_cnn.py"), "--epochs", "2", "--examples", "2000"],
+    "ledger_job": [str(LEDGER_JOB), "--epochs", "100", "--step-s", "0"],
+}
+SAVE = re.compile(r"checkpoint took ([0-9.]+) s")
+
+
+def save_costs(root: Path, interval_s: float = 1.0) -> dict[str, tuple[float, float]]:
+    """(median seconds per save, median seconds per optimizer step) of each example, trained alone by one process
+    with a checkpoint every `interval_s`."""
+    costs = {}
+    for name, command in EXAMPLES.items():
+        folder = root / name
+        env = {
+            **os.environ,
+            "POLLUX_CHECKPOINT_DIR": str(folder / "ckpt"),
+            "POLLUX_REPORT_PATH": str(folder / "report.json"),
+            "POLLUX_CHECKPOINT_INTERVAL_S": str(interval_s),
+            "OMP_NUM_THREADS": "1",
+        }
+        if name == "ledger_job":
+            command = [*command, "--out", str(folder / "out")]
+        started = time.monotonic()
+        run = subprocess.run([sys.executable, *command], env=env, capture_output=True, text=True, cwd=REPO)
+        elapsed = time.monotonic() - started
+        if run.returncode != 0:
+            raise RuntimeError(f"{name} exited {run.returncode}:\n{run.stderr[-2000:]}")
+        saves = [float(x) for x in SAVE.findall(run.stderr + run.stdout)]
+        steps = json.loads((folder / "report.json").read_text())["progress"]["steps"]
+        costs[name] = (statistics.median(saves) if saves else float("nan"), elapsed / max(steps, 1))
+    return costs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=10)
@@ -290,6 +331,16 @@ def main() -> None:
             highlight=False,
         )
     console.print(f"{outcome.seconds:.0f} s in all", highlight=False)
+
+    with tempfile.TemporaryDirectory(prefix="pollux-saves-") as tmp:
+        costs = save_costs(Path(tmp))
+    table = Table(title="what a periodic checkpoint costs (one process, a save every second)")
+    for column in ("example", "save ms", "wall ms / step", "auto interval s", "time saving"):
+        table.add_column(column, justify="right")
+    for name, (save_s, step_s) in costs.items():
+        auto_s = max(AUTO_CHECKPOINT_MIN_S, AUTO_CHECKPOINT_COST_FACTOR * save_s)
+        table.add_row(name, f"{save_s * 1e3:.1f}", f"{step_s * 1e3:.1f}", f"{auto_s:.0f}", f"{save_s / auto_s:.3%}")
+    console.print(table)
 
 
 if __name__ == "__main__":

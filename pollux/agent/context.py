@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from pollux.agent.adapt import BatchConfig, decide, refit
 from pollux.agent.checkpoint import CheckpointStore
-from pollux.agent.report import BatchInUse, JobReport, Progress, write_report
+from pollux.agent.report import BatchInUse, CheckpointInfo, JobReport, Progress, write_report
 from pollux.agent.rng import capture_rng, restore_rng
 from pollux.agent.steps import StepTiming, StepTracker
 from pollux.agent.throughput_log import ThroughputLog
@@ -184,6 +184,7 @@ class AgentContext:
         self.checkpoint_interval_setting_s = checkpoint_interval_s  # None: follow the measured save cost
         self.checkpoint_agreed = False  # set when every replica knows a periodic checkpoint fell due somewhere
         self.last_save_s: float | None = None  # wall time of the last checkpoint (all ranks wait for it)
+        self.saved_at_s: float | None = None  # when the newest checkpoint of the job was written (time.time())
         self.restored_from: Path | None = None  # the checkpoint this process resumed from
         self.restored_saved_at_s: float | None = None  # when that checkpoint was written (time.time())
         self.model: AdaptiveDataParallel | None = None
@@ -238,6 +239,7 @@ class AgentContext:
             self._restored = payload["components"]
             self._rng_pending = payload["rng"]
             self.restored_from, self.restored_saved_at_s = loaded.path, float(payload.get("saved_at_s", 0.0))
+            self.saved_at_s = self.restored_saved_at_s
             if self.rank == 0:
                 LOG.info(
                     "restored %s: epoch %d, step %d (saved by %d replicas, now %d)",
@@ -433,11 +435,14 @@ class AgentContext:
                 buffer = io.BytesIO()
                 torch.save(payload, buffer)
                 path = self._store.save(buffer.getvalue())
+                self.saved_at_s = payload["saved_at_s"]
                 LOG.info("checkpoint saved to %s (epoch %d, step %d)", path, self.epoch, self.steps)
         if self.distributed:
             dist.barrier()
         self._checkpointed_at = time.monotonic()
         self.last_save_s = self._checkpointed_at - started
+        if self.rank == 0 and path is not None:
+            LOG.info("checkpoint took %.4f s; next in %.0f s", self.last_save_s, self.checkpoint_interval_s)
         self.checkpoint_agreed = False  # the flush above completed every exchange that could still ask for one
         return path
 
@@ -487,6 +492,7 @@ class AgentContext:
             max_replicas_seen=max(self.throughput_log.max_replicas, k),
             throughput_configs=len(self.throughput_log),
             restarts=self.restarts,
+            checkpoint=CheckpointInfo(self.saved_at_s, self.last_save_s, self.checkpoint_interval_s),
         )
 
     def write_report(self, status: str) -> None:

@@ -14,7 +14,8 @@ is documented field by field in docs/agent-report-schema.md; in short (version 1
      "batch": {"num_nodes": N, "num_replicas": K, "local_bsz": m, "accum_steps": s, "total_batch_size": K·m·(s+1)},
      "progress": {"epoch": int, "epoch_examples": int, "epoch_size": int, "steps": int, "examples": int,
                   "m0_steps": float},
-     "max_replicas_seen": int, "throughput_configs": int, "restarts": int}
+     "max_replicas_seen": int, "throughput_configs": int, "restarts": int,
+     "checkpoint": {"saved_at_s": unix s | null, "save_s": s | null, "interval_s": s}}   (optional: added later)
 
 Readers accept unknown extra fields (a later minor addition) but refuse a higher `version` (a breaking change).
 """
@@ -66,6 +67,16 @@ class Progress:
 
 
 @dataclass(frozen=True)
+class CheckpointInfo:
+    """The job's periodic checkpoints: when the last one was written, what writing it cost, how often it saves.
+    A crash loses at most the interval; `save_s / interval_s` is the share of time spent saving."""
+
+    saved_at_s: float | None
+    save_s: float | None
+    interval_s: float
+
+
+@dataclass(frozen=True)
 class JobReport:
     """One job's goodput parameters, as written by the agent and read by the scheduler."""
 
@@ -85,6 +96,7 @@ class JobReport:
     max_replicas_seen: int
     throughput_configs: int
     restarts: int
+    checkpoint: CheckpointInfo | None = None  # absent from reports written before periodic checkpoints
 
     def goodput_function(self) -> GoodputFunction | None:
         """The job's goodput model, or None until the agent has fitted throughput and measured the gradient."""
@@ -128,6 +140,13 @@ class JobReport:
             "max_replicas_seen": self.max_replicas_seen,
             "throughput_configs": self.throughput_configs,
             "restarts": self.restarts,
+            "checkpoint": None
+            if self.checkpoint is None
+            else {
+                "saved_at_s": self.checkpoint.saved_at_s,
+                "save_s": self.checkpoint.save_s,
+                "interval_s": self.checkpoint.interval_s,
+            },
         }
 
     @classmethod
@@ -186,6 +205,7 @@ class JobReport:
             max_replicas_seen=fields.integer("max_replicas_seen", minimum=0),
             throughput_configs=fields.integer("throughput_configs", minimum=0),
             restarts=fields.integer("restarts", minimum=0),
+            checkpoint=fields.checkpoint(),
         )
 
 
@@ -251,6 +271,19 @@ class _Fields:
         if not isinstance(value, bool):
             raise self._fail(key, "true or false", value)
         return value
+
+    def optional_number(self, key: str) -> float | None:
+        return None if self._data.get(key) is None else self.number(key, minimum=0.0)
+
+    def checkpoint(self) -> CheckpointInfo | None:
+        if self._data.get("checkpoint") is None:
+            return None
+        info = self.nested("checkpoint")
+        return CheckpointInfo(
+            saved_at_s=info.optional_number("saved_at_s"),
+            save_s=info.optional_number("save_s"),
+            interval_s=info.number("interval_s", minimum=0.0),
+        )
 
     def throughput_params(self) -> ThroughputParams | None:
         if self.raw("throughput_params") is None:

@@ -24,7 +24,7 @@ from pollux.agent.context import (
 )
 from pollux.errors import AgentError
 
-INTERVAL_S = 0.5
+INTERVAL_S = 0.3
 STEP_S = 0.03
 
 
@@ -39,7 +39,7 @@ def test_a_killed_worker_costs_at_most_one_interval_and_training_ends_exactly(tm
     progress = job / "progress.txt"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and all(p.poll() is None for p in procs):
-        if progress.exists() and (text := progress.read_text()) and int(text) >= 35:
+        if progress.exists() and (text := progress.read_text()) and int(text) >= 40:
             break
         time.sleep(0.01)
     killed_at = time.time()
