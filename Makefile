@@ -29,6 +29,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.search_quality
 	$(BIN)/python -m benchmarks.agent_overhead
 	$(BIN)/python -m benchmarks.runtime_overhead
+	$(BIN)/python -m benchmarks.kill_recovery
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
