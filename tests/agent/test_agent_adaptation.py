@@ -10,6 +10,8 @@ batch needs gradient accumulation.
 import json
 
 import pytest
+
+pytest.importorskip("torch", reason="the agent needs torch: make test installs it (pip install -e '.[agent]')")
 from agent_launch import logs, run
 
 from pollux.agent.report import read_report

@@ -10,10 +10,11 @@ import time
 from collections import Counter
 
 import pytest
-import torch
-from agent_launch import logs, run, start, wait
 
-from pollux.agent.report import read_report
+torch = pytest.importorskip("torch", reason="the agent needs torch: make test installs it (pip install -e '.[agent]')")
+from agent_launch import logs, run, start, wait  # noqa: E402
+
+from pollux.agent.report import read_report  # noqa: E402
 
 EXAMPLES, EPOCHS, STEPS = 240, 3, 60
 

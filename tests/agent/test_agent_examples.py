@@ -1,6 +1,9 @@
 """The examples train under a torchrun-like launch (no downloads) and report to the scheduler."""
 
 import pytest
+
+pytest.importorskip("torch", reason="the agent needs torch: make test installs it (pip install -e '.[agent]')")
+pytest.importorskip("sklearn", reason="the examples need it: make test installs it (pip install -e '.[examples]')")
 from agent_launch import REPO, logs, run
 
 from pollux.agent.report import read_report

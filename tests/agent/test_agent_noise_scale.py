@@ -7,6 +7,8 @@ known covariance, with lr = 0 so the true gradient stays put: φ = tr(Σ)/|g|² 
 import json
 
 import pytest
+
+pytest.importorskip("torch", reason="the agent needs torch: make test installs it (pip install -e '.[agent]')")
 from agent_launch import logs, run
 
 MODES = {

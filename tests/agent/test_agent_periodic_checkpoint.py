@@ -13,16 +13,17 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
-from agent_launch import logs, run, start, wait
 
-from pollux.agent.context import (
+torch = pytest.importorskip("torch", reason="the agent needs torch: make test installs it (pip install -e '.[agent]')")
+from agent_launch import logs, run, start, wait  # noqa: E402
+
+from pollux.agent.context import (  # noqa: E402
     AUTO_CHECKPOINT_COST_FACTOR,
     AUTO_CHECKPOINT_MIN_S,
     AgentContext,
     _interval_from_env,
 )
-from pollux.errors import AgentError
+from pollux.errors import AgentError  # noqa: E402
 
 INTERVAL_S = 0.3
 STEP_S = 0.03

@@ -4,9 +4,10 @@ import io
 import random
 
 import numpy as np
-import torch
+import pytest
 
-from pollux.agent.rng import capture_rng, restore_rng
+torch = pytest.importorskip("torch", reason="the agent needs torch: make test installs it (pip install -e '.[agent]')")
+from pollux.agent.rng import capture_rng, restore_rng  # noqa: E402
 
 
 def draws():

@@ -3,10 +3,11 @@
 import math
 
 import pytest
-import torch
 
-import pollux.agent as pa
-from pollux.goodput import GradientStats, adascale_gain
+torch = pytest.importorskip("torch", reason="the agent needs torch: make test installs it (pip install -e '.[agent]')")
+
+import pollux.agent as pa  # noqa: E402
+from pollux.goodput import GradientStats, adascale_gain  # noqa: E402
 
 STATS = GradientStats(sqr=1.0, var=3.0)
 

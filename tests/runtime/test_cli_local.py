@@ -76,6 +76,8 @@ def store_of(state: Path) -> StateStore:
 
 
 def test_three_example_jobs_grow_shrink_and_complete_under_pollux(tmp_path, state):
+    pytest.importorskip("torch", reason="the agent needs torch: make test installs it (pip install -e '.[agent]')")
+    pytest.importorskip("sklearn", reason="the examples need it: make test installs it (pip install -e '.[examples]')")
     specs = []
     for name in ("digits-a", "digits-b", "digits-c"):
         path = tmp_path / f"{name}.toml"

@@ -7,6 +7,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("ray", reason="the Ray backend needs ray: make test installs it (pip install -e '.[ray]')")
+pytest.importorskip("torch", reason="the agent needs torch: make test installs it (pip install -e '.[agent]')")
+pytest.importorskip("sklearn", reason="the examples need it: make test installs it (pip install -e '.[examples]')")
 from runtime_jobs import wait_for
 from test_cli_local import DIGITS, Up
 

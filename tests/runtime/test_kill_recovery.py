@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("torch", reason="the agent needs torch: make test installs it (pip install -e '.[agent]')")
+
 from benchmarks.kill_recovery import WORKERS, Outcome, run_scenario
 
 INTERVAL_S = 1.0

@@ -408,6 +408,8 @@ def test_gpu_slots_follow_nvidia_smi_and_cuda_visible_devices(tmp_path: Path, mo
 
 
 def test_two_agent_workers_train_the_digits_example(jobs: Jobs) -> None:
+    pytest.importorskip("torch", reason="the agent needs torch: make test installs it (pip install -e '.[agent]')")
+    pytest.importorskip("sklearn", reason="the examples need it: make test installs it (pip install -e '.[examples]')")
     report = jobs.tmp_path / "report.json"
     env = {"POLLUX_CHECKPOINT_DIR": str(jobs.tmp_path / "ckpt"), "POLLUX_REPORT_PATH": str(report)}
     command = ("python", str(REPO / "examples" / "digits_mlp.py"), "--epochs", "1")
