@@ -184,9 +184,7 @@ def test_a_crash_kills_the_siblings_and_their_helpers_and_reports_its_code(jobs:
     workers = jobs.start("job", CRASH, 2)
     helper = jobs.tmp_path / "helper"
     wait_for(helper.exists, what="rank 1's helper")
-    started = time.monotonic()
-    assert jobs.wait("job") == 3
-    assert time.monotonic() - started < 10.0  # not the 60 s rank 1 would sleep
+    assert jobs.wait("job") == 3  # within the wait's 30 s, so rank 1 did not sleep its 60 s: it was killed
     assert not pid_alive(workers[1].pid)
     wait_for(lambda: not pid_alive(int(helper.read_text())), timeout=5, what="the helper to die")
 
@@ -267,7 +265,7 @@ def test_a_new_scheduler_cannot_start_a_job_whose_previous_group_still_runs(jobs
         second.launch(request)
     assert refused.value.transient
     assert f"pids {workers[0].pid}, {workers[1].pid} hold" in str(refused.value)
-    assert 0.2 <= time.monotonic() - started < 5
+    assert time.monotonic() - started >= 0.2  # it gave the old group its grace period
     assert second.free_slots() == 2
     with pytest.raises(UnknownJobError):
         second.poll("job")
