@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Annotated, Any, TextIO
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from pollux.console import plain_console
 from pollux.errors import ServiceError
 
 StateDirOption = Annotated[
@@ -132,10 +132,10 @@ def up(
             raise
         api.start()
         cluster = launcher.cluster
-        Console(stderr=True).print(
+        plain_console(stderr=True).print(
             f"Pollux scheduler at {api.url}: policy {policy}, {backend.value} backend, {cluster.num_nodes} node(s) x "
             f"{cluster.gpus_per_node} slot(s); state in {directory}",
-            highlight=False,
+            soft_wrap=True,
         )
         write_endpoint(directory, api.url)  # last: clients that find it can use the service at once
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -181,7 +181,7 @@ def submit(
 ) -> None:
     """Submit a job; a bad spec is refused with the field and the fix."""
     row = _client(state_dir).submit(spec)
-    Console().print(f"submitted {row['name']} ({row['status']})", highlight=False)
+    plain_console().print(f"submitted {row['name']} ({row['status']})", soft_wrap=True)
 
 
 def _age(seconds: float) -> str:
@@ -192,15 +192,24 @@ def _age(seconds: float) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
+def _note(row: dict[str, Any]) -> str:
+    """Why a pending job waits, else how the job last crashed: the error's first line (`exit 3`) and its last, the
+    log's final words (the exception), which the first alone never shows."""
+    if row["reason"]:
+        return str(row["reason"])
+    lines = [line for line in (row["last_error"] or "").splitlines() if line.strip()]
+    return lines[0] if len(lines) < 2 else f"{lines[0]}: {lines[-1]}"
+
+
 def ls(
     job: Annotated[str | None, typer.Argument(help="Show this job's status history instead of the table.")] = None,
     state_dir: StateDirOption = None,
 ) -> None:
     """List jobs: status, GPUs and placement, batch size, goodput, restarts, age (or one job's history)."""
     client = _client(state_dir)
-    console = Console()
+    console = plain_console()
     if not console.is_terminal:  # piped into grep or a file: whole rows, never "digit…"
-        console = Console(width=240)
+        console = plain_console(width=240)
     if job is not None:
         detail = client.job(job)
         table = Table(title=f"{job}: {detail['status']}, {detail['restarts']} restart(s)")
@@ -210,7 +219,7 @@ def ls(
             table.add_row(time.strftime("%H:%M:%S", time.localtime(entry["at"])), entry["status"], entry["reason"])
         console.print(table)
         if detail.get("last_error"):
-            console.print(f"last error:\n{detail['last_error']}", highlight=False)
+            console.print(f"last error:\n{detail['last_error']}", soft_wrap=True)
         return
     table = Table()
     for column in ("job", "status", "GPUs", "placement", "batch", "epoch", "goodput", "restarts", "age", "note"):
@@ -226,7 +235,7 @@ def ls(
             "-" if row["goodput"] is None else f"{row['goodput']:.1f}",
             str(row["restarts"]),
             _age(row["age_s"]),
-            row["reason"] or (row["last_error"] or "").split("\n")[0],
+            _note(row),
         )
     console.print(table)
 
@@ -260,7 +269,7 @@ def cancel(job: Annotated[str, typer.Argument(help="Job name.")], state_dir: Sta
     deadline = time.monotonic() + 600
     while client.job(job)["status"] not in ("completed", "failed", "cancelled") and time.monotonic() < deadline:
         time.sleep(0.5)
-    Console().print(f"{job}: {client.job(job)['status']}", highlight=False)
+    plain_console().print(f"{job}: {client.job(job)['status']}", soft_wrap=True)
 
 
 def down(
@@ -270,13 +279,13 @@ def down(
     """Stop the service gracefully: every running job checkpoints, and resumes at the next `pollux up`."""
     client = _client(state_dir)
     client.shutdown()
-    console = Console(stderr=True)
+    console = plain_console(stderr=True)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             client.health()
         except ServiceError:
-            console.print("scheduler stopped", highlight=False)
+            console.print("scheduler stopped")
             return
         time.sleep(0.5)
     raise ServiceError(f"the scheduler did not stop within {timeout:.0f} s; its log: {client.state_dir}/scheduler.log")

@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from pollux.cluster import Cluster
+from pollux.console import plain_console, print_error
 from pollux.errors import DataNotFoundError, PolluxError
 from pollux.sim.run import SimConfig, SimResult
 
@@ -88,7 +89,7 @@ def run_policies(
     with (
         multiprocessing.Manager() as manager,
         Progress(
-            TextColumn("{task.description:>10}"),
+            TextColumn("{task.description:>10}", markup=False),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("jobs done"),
@@ -173,7 +174,7 @@ def simulate_command(
     from pollux.policies.registry import POLICIES
     from pollux.sim.report import write_outputs
 
-    console = Console()
+    console = plain_console()
     try:
         names = policy or list(POLICIES)
         unknown = [n for n in names if n not in POLICIES]
@@ -183,14 +184,13 @@ def simulate_command(
             raise PolluxError(f"--interference must be in [0, 1), got {interference}")
         config = SimConfig(Cluster(nodes, gpus_per_node), interval, restart_delay, interference)
         inputs, note = resolve_inputs(workload, data_dir, seed)
-        console.print(note)
+        console.print(note, soft_wrap=True)
         results = run_policies(names, inputs, config, processes, console)
         paths = write_outputs(results, out)
     except PolluxError as error:
-        Console(stderr=True).print(f"[red]error:[/] {error}", soft_wrap=True, highlight=False)
+        print_error(error)
         raise typer.Exit(2) from None
     title = f"{workload if not inputs.offline else 'generated workload'} on {nodes}×{gpus_per_node} GPUs"
-    Console(width=max(console.width, 120)).print(summary_table(results, title))
-    console.print(
-        f"Wrote {len(paths)} files to {out}/ — plots: " + ", ".join(p.name for p in paths if p.suffix == ".png")
-    )
+    plain_console(width=max(console.width, 120)).print(summary_table(results, title))
+    plots = ", ".join(p.name for p in paths if p.suffix == ".png")
+    console.print(f"Wrote {len(paths)} files to {out}/ — plots: {plots}", soft_wrap=True)

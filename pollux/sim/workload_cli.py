@@ -23,7 +23,7 @@ app = typer.Typer(
 
 DataDirOption = Annotated[
     Path | None,
-    typer.Option("--data-dir", help="Artifact data folder [default: search]", show_default=False),
+    typer.Option("--data-dir", help="Artifact data folder", show_default="search"),
 ]
 
 
@@ -54,7 +54,7 @@ def generate_command(
     load: Annotated[float, typer.Option("--load", help="Scales the number of jobs in the same window")] = 1.0,
     out: Annotated[
         Path | None,
-        typer.Option("--out", "-o", help="CSV to write [default: ./generated-<N>jobs-<H>h-seed<S>.csv]"),
+        typer.Option("--out", "-o", help="CSV to write", show_default="./generated-<N>jobs-<H>h-seed<S>.csv"),
     ] = None,
     data_dir: DataDirOption = None,
     start_hour: Annotated[
