@@ -25,6 +25,7 @@ from rich.table import Table
 
 from pollux.console import plain_console
 from pollux.errors import ServiceError
+from pollux.option_bounds import bounds
 
 StateDirOption = Annotated[
     Path | None,
@@ -87,18 +88,30 @@ def up(
         BackendName.local
     ),
     slots: Annotated[
-        int | None, typer.Option(help="Local backend: GPU/CPU slots (default: the GPUs, else CPU cores).")
+        int | None,
+        typer.Option(help="Local backend: GPU/CPU slots (default: the GPUs, else CPU cores).", callback=bounds(1)),
     ] = None,
     policy: Annotated[
         str, typer.Option(help="Scheduling policy: pollux, fifo, tiresias, tiresias-gittins, optimus.")
     ] = ("pollux"),
-    interval: Annotated[float, typer.Option(help="Seconds between scheduling rounds.")] = 60.0,
-    restart_delay: Annotated[float, typer.Option(help="Seconds a restart costs a job (Pollux's δ).")] = 30.0,
-    stop_grace: Annotated[float, typer.Option(help="Seconds a stopping job may take to checkpoint.")] = 60.0,
-    max_attempts: Annotated[int, typer.Option(help="Crashed launches before a job fails.")] = 3,
-    backoff: Annotated[float, typer.Option(help="Seconds before the first retry of a crashed job (doubles).")] = 5.0,
+    interval: Annotated[
+        float, typer.Option(help="Seconds between scheduling rounds.", callback=bounds(0, low_open=True))
+    ] = 60.0,
+    restart_delay: Annotated[
+        float, typer.Option(help="Seconds a restart costs a job (Pollux's δ).", callback=bounds(0))
+    ] = 30.0,
+    stop_grace: Annotated[
+        float, typer.Option(help="Seconds a stopping job may take to checkpoint.", callback=bounds(0))
+    ] = 60.0,
+    max_attempts: Annotated[int, typer.Option(help="Crashed launches before a job fails.", callback=bounds(1))] = 3,
+    backoff: Annotated[
+        float, typer.Option(help="Seconds before the first retry of a crashed job (doubles).", callback=bounds(0))
+    ] = 5.0,
     host: Annotated[str, typer.Option(help="Address the API binds.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="API port (0: any free port; clients find it in the state dir).")] = 0,
+    port: Annotated[
+        int,
+        typer.Option(help="API port (0: any free port; clients find it in the state dir).", callback=bounds(0, 65535)),
+    ] = 0,
     allow_remote: Annotated[
         bool, typer.Option(help="Allow a non-loopback address (the token then crosses the network in clear HTTP).")
     ] = False,
@@ -273,7 +286,10 @@ def cancel(job: Annotated[str, typer.Argument(help="Job name.")], state_dir: Sta
 
 
 def down(
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for the jobs to checkpoint and stop.")] = 600.0,
+    timeout: Annotated[
+        float,
+        typer.Option(help="Seconds to wait for the jobs to checkpoint and stop.", callback=bounds(0, low_open=True)),
+    ] = 600.0,
     state_dir: StateDirOption = None,
 ) -> None:
     """Stop the service gracefully: every running job checkpoints, and resumes at the next `pollux up`."""

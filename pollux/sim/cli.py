@@ -17,6 +17,7 @@ from rich.table import Table
 from pollux.cluster import Cluster
 from pollux.console import plain_console, print_error
 from pollux.errors import DataNotFoundError, PolluxError
+from pollux.option_bounds import bounds
 from pollux.sim.run import SimConfig, SimResult
 
 DEFAULT_WORKLOAD = "workload-1"
@@ -160,14 +161,19 @@ def simulate_command(
     policy: Annotated[
         list[str] | None, typer.Option("--policy", "-p", help="Repeat for several; default: all.")
     ] = None,
-    nodes: Annotated[int, typer.Option(help="Nodes in the cluster.")] = 16,
-    gpus_per_node: Annotated[int, typer.Option(help="GPUs on each node.")] = 4,
-    interval: Annotated[int, typer.Option(help="Seconds between scheduling rounds.")] = 60,
-    restart_delay: Annotated[int, typer.Option(help="Seconds lost at every (re)start.")] = 30,
-    interference: Annotated[float, typer.Option(help="Slowdown of distributed jobs sharing a node, 0-1.")] = 0.0,
-    seed: Annotated[int, typer.Option(help="Seed for anything random (generated workloads, searches).")] = 0,
+    nodes: Annotated[int, typer.Option(help="Nodes in the cluster.", callback=bounds(1))] = 16,
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs on each node.", callback=bounds(1))] = 4,
+    interval: Annotated[int, typer.Option(help="Seconds between scheduling rounds.", callback=bounds(1))] = 60,
+    restart_delay: Annotated[int, typer.Option(help="Seconds lost at every (re)start.", callback=bounds(0))] = 30,
+    interference: Annotated[
+        float,
+        typer.Option(help="Slowdown of distributed jobs sharing a node, 0-1.", callback=bounds(0, 1, high_open=True)),
+    ] = 0.0,
+    seed: Annotated[
+        int, typer.Option(help="Seed for anything random (generated workloads, searches).", callback=bounds(0))
+    ] = 0,
     out: Annotated[Path, typer.Option(help="Folder for summary.json, CSVs and plots.")] = Path("results/simulate"),
-    processes: Annotated[int, typer.Option(help="Policies simulated at once.")] = 2,
+    processes: Annotated[int, typer.Option(help="Policies simulated at once.", callback=bounds(1))] = 2,
     data_dir: Annotated[Path | None, typer.Option(help="Artifact data folder.")] = None,
 ) -> None:
     """Replay a workload under each policy and compare them: table on screen, files in --out."""
@@ -180,8 +186,6 @@ def simulate_command(
         unknown = [n for n in names if n not in POLICIES]
         if unknown:
             raise PolluxError(f"unknown policy {unknown[0]!r}; choose from: {', '.join(POLICIES)}")
-        if not 0.0 <= interference < 1.0:
-            raise PolluxError(f"--interference must be in [0, 1), got {interference}")
         config = SimConfig(Cluster(nodes, gpus_per_node), interval, restart_delay, interference)
         inputs, note = resolve_inputs(workload, data_dir, seed)
         console.print(note, soft_wrap=True)
