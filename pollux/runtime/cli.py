@@ -211,7 +211,7 @@ def _note(row: dict[str, Any]) -> str:
     if row["reason"]:
         return str(row["reason"])
     lines = [line for line in (row["last_error"] or "").splitlines() if line.strip()]
-    return lines[0] if len(lines) < 2 else f"{lines[0]}: {lines[-1]}"
+    return ": ".join(lines[:1] + lines[1:][-1:])  # "", the only line, or first: last
 
 
 def ls(
