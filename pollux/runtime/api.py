@@ -36,7 +36,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from pollux.cluster import placement
-from pollux.errors import PolluxError, ServiceError, UnknownJobError
+from pollux.errors import PolluxError, SchedulerDownError, ServiceError, UnknownJobError
 from pollux.runtime.local import process_start_ticks
 from pollux.runtime.service import Service
 from pollux.runtime.spec import loads_spec
@@ -254,12 +254,13 @@ def _read_private(path: Path) -> str:
 
 
 class Client:
-    """The CLI's side of the API; every failure is a `ServiceError` with a one-line reason."""
+    """The CLI's side of the API; every failure is a `ServiceError` with a one-line reason (a `SchedulerDownError`
+    when no scheduler answers at all)."""
 
     def __init__(self, state_dir: Path, timeout_s: float = 30.0) -> None:
         self.state_dir = state_dir
         self.timeout_s = timeout_s
-        down = ServiceError(
+        down = SchedulerDownError(
             f"no Pollux scheduler runs on {state_dir}: start one with `pollux up` (or pass the same --state-dir)"
         )
         try:
@@ -297,7 +298,7 @@ class Client:
                 message = error.reason
             raise ServiceError(str(message)) from None
         except (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError) as error:
-            raise ServiceError(
+            raise SchedulerDownError(
                 f"the scheduler at {self.url} does not answer ({error}); is `pollux up` running? "
                 f"(state dir {self.state_dir})"
             ) from None

@@ -24,7 +24,7 @@ import typer
 from rich.table import Table
 
 from pollux.console import plain_console
-from pollux.errors import ServiceError
+from pollux.errors import SchedulerDownError, ServiceError
 from pollux.option_bounds import bounds
 
 StateDirOption = Annotated[
@@ -214,17 +214,38 @@ def _note(row: dict[str, Any]) -> str:
     return ": ".join(lines[:1] + lines[1:][-1:])  # "", the only line, or first: last
 
 
+def _listing(directory: Path, job: str | None) -> Any:
+    """The service's answer to `ls` (one job's detail, or every row); with no service, the same read from the state
+    database, and a note on stderr that the scheduler is not running."""
+    from pollux.runtime.api import Client
+
+    try:
+        client = Client(directory)
+        return client.jobs() if job is None else client.job(job)
+    except SchedulerDownError as error:
+        database = directory / "state.db"
+        if not database.is_file():
+            raise
+        from pollux.runtime.snapshot import stored_job, stored_jobs
+
+        plain_console(stderr=True).print(
+            f"note: the scheduler is not running ({error}); showing the jobs as stored in {database}", soft_wrap=True
+        )
+        return stored_jobs(database, time.time()) if job is None else stored_job(database, job, time.time())
+
+
 def ls(
     job: Annotated[str | None, typer.Argument(help="Show this job's status history instead of the table.")] = None,
     state_dir: StateDirOption = None,
 ) -> None:
-    """List jobs: status, GPUs and placement, batch size, goodput, restarts, age (or one job's history)."""
-    client = _client(state_dir)
+    """List jobs: status, GPUs and placement, batch size, goodput, restarts, age (or one job's history). Works while
+    the scheduler is down too: the jobs are then read from its database."""
+    answer = _listing(state_dir_of(state_dir), job)
     console = plain_console()
     if not console.is_terminal:  # piped into grep or a file: whole rows, never "digit…"
         console = plain_console(width=240)
     if job is not None:
-        detail = client.job(job)
+        detail = answer
         table = Table(title=f"{job}: {detail['status']}, {detail['restarts']} restart(s)")
         for column in ("at", "status", "reason"):
             table.add_column(column)
@@ -237,7 +258,7 @@ def ls(
     table = Table()
     for column in ("job", "status", "GPUs", "placement", "batch", "epoch", "goodput", "restarts", "age", "note"):
         table.add_column(column, justify="left" if column in ("job", "status", "note") else "right")
-    for row in client.jobs():
+    for row in answer:
         table.add_row(
             row["name"],
             row["status"],

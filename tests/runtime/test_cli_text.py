@@ -3,9 +3,10 @@ not rich markup, so `pollux ls` neither drops them nor dies on them."""
 
 from __future__ import annotations
 
-from runtime_jobs import wait_for
+from runtime_jobs import wait_for, write_spec
 from test_cli_local import Up, pollux
 
+from pollux.runtime.spec import load_spec
 from pollux.runtime.store import StateStore
 
 GLOO = "[/__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537]"
@@ -33,6 +34,20 @@ def test_a_crashed_jobs_bracketed_log_is_listed_literally(tmp_path):
     finally:
         store.close()
         up.down()
+
+
+def test_a_stored_bracketed_error_is_listed_literally_without_a_scheduler(tmp_path, counter_job):
+    """The same text read straight from the database (no service runs), through the same printing code."""
+    state = tmp_path / "state"
+    store = StateStore(state / "state.db")
+    store.add_job(load_spec(write_spec(counter_job.parent, "gloo")), now=1.0)
+    store.record_exit("gloo", "failed", 2.0, f"crashed 1 times {GLOO}", error=f"exit 3\n{CONFIG_LINE}\n{ERROR_LINE}")
+    store.close()
+    detail = pollux("ls", "gloo", "--state-dir", str(state))
+    assert CONFIG_LINE in detail.stdout and ERROR_LINE in detail.stdout, detail.stdout
+    assert f"crashed 1 times {GLOO}" in detail.stdout
+    listing = pollux("ls", "--state-dir", str(state))
+    assert GLOO in listing.stdout and "failed" in listing.stdout, listing.stdout
 
 
 def test_an_error_message_quoting_brackets_is_one_literal_line(tmp_path):
