@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import queue
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -116,6 +117,16 @@ def run_policies(
     return results
 
 
+def _make_out_dir(out: Path) -> None:
+    """Create --out before simulating: a path that cannot be a folder would otherwise fail after every run."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise PolluxError(f"--out {out}: cannot create the folder ({error.strerror}); pass a folder path") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise PolluxError(f"--out {out}: the folder is not writable; pass one you may write to")
+
+
 def summary_table(results: list[SimResult], title: str) -> Table:
     table = Table(title=title)
     columns = (
@@ -188,6 +199,8 @@ def simulate_command(
             raise PolluxError(f"unknown policy {unknown[0]!r}; choose from: {', '.join(POLICIES)}")
         config = SimConfig(Cluster(nodes, gpus_per_node), interval, restart_delay, interference)
         inputs, note = resolve_inputs(workload, data_dir, seed)
+        load_inputs(inputs)  # a missing or malformed workload is reported here, not from a worker under a bar
+        _make_out_dir(out)
         console.print(note, soft_wrap=True)
         results = run_policies(names, inputs, config, processes, console)
         paths = write_outputs(results, out)
