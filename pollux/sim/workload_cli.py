@@ -57,8 +57,13 @@ def generate_command(
         ),
     ],
     seed: Annotated[
-        int, typer.Option("--seed", help="Random seed: the same seed gives the same workload", callback=bounds(0))
-    ],
+        int,
+        typer.Option(
+            "--seed",
+            help="Random seed: the same seed gives the same workload (as in `pollux simulate`)",
+            callback=bounds(0),
+        ),
+    ] = 0,
     load: Annotated[
         float,
         typer.Option("--load", help="Scales the number of jobs in the same window", callback=bounds(0, low_open=True)),
