@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from pollux.console import plain_console, print_error
 from pollux.data.cli import app as data_app
 from pollux.errors import PolluxError
 from pollux.runtime.cli import register as register_runtime
@@ -40,9 +41,9 @@ def fit(data_dir: DataDirOption = None) -> None:
     from pollux.data.locate import find_data_dir
     from pollux.data.profiles import MODELS, load_profile
 
-    console = Console()
+    console = plain_console()
     location = find_data_dir(data_dir)
-    console.print(f"Job profiles from [bold]{location.path}[/] ({location.source})")
+    console.print(Text.assemble("Job profiles from ", (str(location.path), "bold"), f" ({location.source})"))
     table = Table(title="Throughput model fitted to measured step times (RMSLE: root-mean-squared log error)")
     for column in ("model", "samples", "step RMSLE", "compute RMSLE", "multi-node RMSLE*", "γ"):
         table.add_column(column, justify="left" if column == "model" else "right")
@@ -65,5 +66,5 @@ def main() -> None:
     try:
         app()
     except PolluxError as error:
-        Console(stderr=True).print(f"[red]error:[/] {error}", soft_wrap=True, highlight=False)
+        print_error(error)
         sys.exit(2)

@@ -63,3 +63,8 @@ class LaunchError(PolluxError):
 
 class ServiceError(PolluxError):
     """The scheduler service is unreachable, refused a request, or is already running; the message says why."""
+
+
+class SchedulerDownError(ServiceError):
+    """No scheduler answers on the state directory (never started, stopped, or killed); its jobs are still in the
+    state database, which `pollux ls` then reads directly."""

@@ -28,9 +28,7 @@ def _fail(err: PolluxError) -> typer.Exit:
 
 @app.command("fetch")
 def fetch_command(
-    dest: Annotated[
-        Path | None, typer.Option("--dest", help="Folder to fill [default: the user cache]", show_default=False)
-    ] = None,
+    dest: Annotated[Path | None, typer.Option("--dest", help="Folder to fill", show_default="the user cache")] = None,
     base_url: Annotated[
         str, typer.Option("--base-url", help="The origin's simulator/ folder, or a mirror in its layout")
     ] = DEFAULT_BASE_URL,

@@ -36,7 +36,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from pollux.cluster import placement
-from pollux.errors import PolluxError, ServiceError, UnknownJobError
+from pollux.errors import PolluxError, SchedulerDownError, ServiceError, UnknownJobError
 from pollux.runtime import joblog
 from pollux.runtime.local import process_start_ticks
 from pollux.runtime.service import Service
@@ -237,24 +237,45 @@ def write_endpoint(state_dir: Path, url: str) -> None:
     tmp.replace(path)
 
 
+def _read_private(path: Path) -> str:
+    """A file of the state directory; another user's directory is refused with the fix, not a traceback."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except PermissionError:
+        raise ServiceError(
+            f"cannot read {path}: permission denied; run as the user who started `pollux up` (its state directory "
+            "is private), or pass your own --state-dir"
+        ) from None
+
+
 class Client:
-    """The CLI's side of the API; every failure is a `ServiceError` with a one-line reason."""
+    """The CLI's side of the API; every failure is a `ServiceError` with a one-line reason (a `SchedulerDownError`
+    when no scheduler answers at all)."""
 
     def __init__(self, state_dir: Path, timeout_s: float = 30.0) -> None:
         self.state_dir = state_dir
         self.timeout_s = timeout_s
-        missing = ServiceError(
+        down = SchedulerDownError(
             f"no Pollux scheduler runs on {state_dir}: start one with `pollux up` (or pass the same --state-dir)"
         )
         try:
-            endpoint = json.loads((state_dir / ENDPOINT_FILE).read_text(encoding="utf-8"))
+            endpoint = json.loads(_read_private(state_dir / ENDPOINT_FILE))
             self.url = str(endpoint["url"])
-            self.token = (state_dir / TOKEN_FILE).read_text(encoding="utf-8").strip()
         except (FileNotFoundError, KeyError, json.JSONDecodeError):
-            raise missing from None
+            raise down from None
         # a service killed with -9 leaves its endpoint behind: never send the token to whoever took the port since
         if endpoint.get("host") == _HOST and process_start_ticks(int(endpoint["pid"])) != endpoint.get("start_ticks"):
-            raise missing
+            raise down
+        token_path = state_dir / TOKEN_FILE
+        try:
+            self.token = _read_private(token_path).strip()
+        except FileNotFoundError:
+            pid = endpoint.get("pid")
+            raise ServiceError(
+                f"the token file {token_path} is missing: the scheduler running on {state_dir} (pid {pid}) accepts "
+                f"no request without it; stop it (`kill {pid}`: its jobs checkpoint) and start `pollux up` again, "
+                "which writes a new token (or check --state-dir)"
+            ) from None
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
@@ -272,7 +293,7 @@ class Client:
                 message = error.reason
             raise ServiceError(str(message)) from None
         except (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError) as error:
-            raise ServiceError(
+            raise SchedulerDownError(
                 f"the scheduler at {self.url} does not answer ({error}); is `pollux up` running? "
                 f"(state dir {self.state_dir})"
             ) from None

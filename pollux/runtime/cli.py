@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Annotated, Any, TextIO
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from pollux.errors import ServiceError
+from pollux.console import plain_console
+from pollux.errors import SchedulerDownError, ServiceError
+from pollux.option_bounds import bounds
 
 StateDirOption = Annotated[
     Path | None,
@@ -87,22 +88,37 @@ def up(
         BackendName.local
     ),
     slots: Annotated[
-        int | None, typer.Option(help="Local backend: GPU/CPU slots (default: the GPUs, else CPU cores).")
+        int | None,
+        typer.Option(help="Local backend: GPU/CPU slots (default: the GPUs, else CPU cores).", callback=bounds(1)),
     ] = None,
     policy: Annotated[
         str, typer.Option(help="Scheduling policy: pollux, fifo, tiresias, tiresias-gittins, optimus.")
     ] = ("pollux"),
-    interval: Annotated[float, typer.Option(help="Seconds between scheduling rounds.")] = 60.0,
-    restart_delay: Annotated[float, typer.Option(help="Seconds a restart costs a job (Pollux's δ).")] = 30.0,
-    stop_grace: Annotated[float, typer.Option(help="Seconds a stopping job may take to checkpoint.")] = 60.0,
-    max_attempts: Annotated[int, typer.Option(help="Crashed launches before a job fails.")] = 3,
-    backoff: Annotated[float, typer.Option(help="Seconds before the first retry of a crashed job (doubles).")] = 5.0,
+    interval: Annotated[
+        float, typer.Option(help="Seconds between scheduling rounds.", callback=bounds(0, low_open=True))
+    ] = 60.0,
+    restart_delay: Annotated[
+        float, typer.Option(help="Seconds a restart costs a job (Pollux's δ).", callback=bounds(0))
+    ] = 30.0,
+    stop_grace: Annotated[
+        float, typer.Option(help="Seconds a stopping job may take to checkpoint.", callback=bounds(0))
+    ] = 60.0,
+    max_attempts: Annotated[int, typer.Option(help="Crashed launches before a job fails.", callback=bounds(1))] = 3,
+    backoff: Annotated[
+        float, typer.Option(help="Seconds before the first retry of a crashed job (doubles).", callback=bounds(0))
+    ] = 5.0,
     checkpoint_interval: Annotated[
         float | None,
-        typer.Option(help="Seconds between jobs' periodic checkpoints (a spec may set its own; default: automatic)."),
+        typer.Option(
+            help="Seconds between jobs' periodic checkpoints (a spec may set its own; default: automatic).",
+            callback=bounds(0, low_open=True),
+        ),
     ] = None,
     host: Annotated[str, typer.Option(help="Address the API binds.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="API port (0: any free port; clients find it in the state dir).")] = 0,
+    port: Annotated[
+        int,
+        typer.Option(help="API port (0: any free port; clients find it in the state dir).", callback=bounds(0, 65535)),
+    ] = 0,
     allow_remote: Annotated[
         bool, typer.Option(help="Allow a non-loopback address (the token then crosses the network in clear HTTP).")
     ] = False,
@@ -115,8 +131,6 @@ def up(
     from pollux.runtime.service import Service, ServiceConfig
 
     _check_bind(host, allow_remote)
-    if checkpoint_interval is not None and not checkpoint_interval > 0:
-        raise ServiceError(f"--checkpoint-interval must be seconds > 0, got {checkpoint_interval:g}")
     directory = state_dir_of(state_dir)
     with exclusive(directory):
         _log_to(directory / "scheduler.log")
@@ -139,10 +153,10 @@ def up(
             raise
         api.start()
         cluster = launcher.cluster
-        Console(stderr=True).print(
+        plain_console(stderr=True).print(
             f"Pollux scheduler at {api.url}: policy {policy}, {backend.value} backend, {cluster.num_nodes} node(s) x "
             f"{cluster.gpus_per_node} slot(s); state in {directory}",
-            highlight=False,
+            soft_wrap=True,
         )
         write_endpoint(directory, api.url)  # last: clients that find it can use the service at once
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -188,7 +202,7 @@ def submit(
 ) -> None:
     """Submit a job; a bad spec is refused with the field and the fix."""
     row = _client(state_dir).submit(spec)
-    Console().print(f"submitted {row['name']} ({row['status']})", highlight=False)
+    plain_console().print(f"submitted {row['name']} ({row['status']})", soft_wrap=True)
 
 
 def _age(seconds: float) -> str:
@@ -199,17 +213,47 @@ def _age(seconds: float) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
+def _note(row: dict[str, Any]) -> str:
+    """Why a pending job waits, else how the job last crashed: the error's first line (`exit 3`) and its last, the
+    log's final words (the exception), which the first alone never shows."""
+    if row["reason"]:
+        return str(row["reason"])
+    lines = [line for line in (row["last_error"] or "").splitlines() if line.strip()]
+    return ": ".join(lines[:1] + lines[1:][-1:])  # "", the only line, or first: last
+
+
+def _listing(directory: Path, job: str | None) -> Any:
+    """The service's answer to `ls` (one job's detail, or every row); with no service, the same read from the state
+    database, and a note on stderr that the scheduler is not running."""
+    from pollux.runtime.api import Client
+
+    try:
+        client = Client(directory)
+        return client.jobs() if job is None else client.job(job)
+    except SchedulerDownError as error:
+        database = directory / "state.db"
+        if not database.is_file():
+            raise
+        from pollux.runtime.snapshot import stored_job, stored_jobs
+
+        plain_console(stderr=True).print(
+            f"note: the scheduler is not running ({error}); showing the jobs as stored in {database}", soft_wrap=True
+        )
+        return stored_jobs(database, time.time()) if job is None else stored_job(database, job, time.time())
+
+
 def ls(
     job: Annotated[str | None, typer.Argument(help="Show this job's status history instead of the table.")] = None,
     state_dir: StateDirOption = None,
 ) -> None:
-    """List jobs: status, GPUs and placement, batch size, goodput, restarts, age (or one job's history)."""
-    client = _client(state_dir)
-    console = Console()
+    """List jobs: status, GPUs and placement, batch size, goodput, restarts, age (or one job's history). Works while
+    the scheduler is down too: the jobs are then read from its database."""
+    answer = _listing(state_dir_of(state_dir), job)
+    console = plain_console()
     if not console.is_terminal:  # piped into grep or a file: whole rows, never "digit…"
-        console = Console(width=240)
+        console = plain_console(width=240)
     if job is not None:
-        detail = client.job(job)
+        detail = answer
         table = Table(title=f"{job}: {detail['status']}, {detail['restarts']} restart(s)")
         for column in ("at", "status", "reason"):
             table.add_column(column)
@@ -217,12 +261,12 @@ def ls(
             table.add_row(time.strftime("%H:%M:%S", time.localtime(entry["at"])), entry["status"], entry["reason"])
         console.print(table)
         if detail.get("last_error"):
-            console.print(f"last error:\n{detail['last_error']}", highlight=False)
+            console.print(f"last error:\n{detail['last_error']}", soft_wrap=True)
         return
     table = Table()
     for column in ("job", "status", "GPUs", "placement", "batch", "epoch", "goodput", "restarts", "age", "note"):
         table.add_column(column, justify="left" if column in ("job", "status", "note") else "right")
-    for row in client.jobs():
+    for row in answer:
         table.add_row(
             row["name"],
             row["status"],
@@ -233,7 +277,7 @@ def ls(
             "-" if row["goodput"] is None else f"{row['goodput']:.1f}",
             str(row["restarts"]),
             _age(row["age_s"]),
-            row["reason"] or (row["last_error"] or "").split("\n")[0],
+            _note(row),
         )
     console.print(table)
 
@@ -264,23 +308,26 @@ def cancel(job: Annotated[str, typer.Argument(help="Job name.")], state_dir: Sta
     deadline = time.monotonic() + 600
     while client.job(job)["status"] not in ("completed", "failed", "cancelled") and time.monotonic() < deadline:
         time.sleep(0.5)
-    Console().print(f"{job}: {client.job(job)['status']}", highlight=False)
+    plain_console().print(f"{job}: {client.job(job)['status']}", soft_wrap=True)
 
 
 def down(
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for the jobs to checkpoint and stop.")] = 600.0,
+    timeout: Annotated[
+        float,
+        typer.Option(help="Seconds to wait for the jobs to checkpoint and stop.", callback=bounds(0, low_open=True)),
+    ] = 600.0,
     state_dir: StateDirOption = None,
 ) -> None:
     """Stop the service gracefully: every running job checkpoints, and resumes at the next `pollux up`."""
     client = _client(state_dir)
     client.shutdown()
-    console = Console(stderr=True)
+    console = plain_console(stderr=True)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             client.health()
         except ServiceError:
-            console.print("scheduler stopped", highlight=False)
+            console.print("scheduler stopped")
             return
         time.sleep(0.5)
     raise ServiceError(f"the scheduler did not stop within {timeout:.0f} s; its log: {client.state_dir}/scheduler.log")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import queue
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -15,7 +16,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from pollux.cluster import Cluster
+from pollux.console import plain_console, print_error
 from pollux.errors import DataNotFoundError, PolluxError
+from pollux.option_bounds import bounds
 from pollux.sim.run import SimConfig, SimResult
 
 DEFAULT_WORKLOAD = "workload-1"
@@ -88,7 +91,7 @@ def run_policies(
     with (
         multiprocessing.Manager() as manager,
         Progress(
-            TextColumn("{task.description:>10}"),
+            TextColumn("{task.description:>10}", markup=False),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("jobs done"),
@@ -112,6 +115,16 @@ def run_policies(
         for result in results:
             bars.update(tasks[result.policy], completed=len(result.jobs), total=len(result.jobs))
     return results
+
+
+def _make_out_dir(out: Path) -> None:
+    """Create --out before simulating: a path that cannot be a folder would otherwise fail after every run."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise PolluxError(f"--out {out}: cannot create the folder ({error.strerror}); pass a folder path") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise PolluxError(f"--out {out}: the folder is not writable; pass one you may write to")
 
 
 def summary_table(results: list[SimResult], title: str) -> Table:
@@ -159,38 +172,42 @@ def simulate_command(
     policy: Annotated[
         list[str] | None, typer.Option("--policy", "-p", help="Repeat for several; default: all.")
     ] = None,
-    nodes: Annotated[int, typer.Option(help="Nodes in the cluster.")] = 16,
-    gpus_per_node: Annotated[int, typer.Option(help="GPUs on each node.")] = 4,
-    interval: Annotated[int, typer.Option(help="Seconds between scheduling rounds.")] = 60,
-    restart_delay: Annotated[int, typer.Option(help="Seconds lost at every (re)start.")] = 30,
-    interference: Annotated[float, typer.Option(help="Slowdown of distributed jobs sharing a node, 0-1.")] = 0.0,
-    seed: Annotated[int, typer.Option(help="Seed for anything random (generated workloads, searches).")] = 0,
+    nodes: Annotated[int, typer.Option(help="Nodes in the cluster.", callback=bounds(1))] = 16,
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs on each node.", callback=bounds(1))] = 4,
+    interval: Annotated[int, typer.Option(help="Seconds between scheduling rounds.", callback=bounds(1))] = 60,
+    restart_delay: Annotated[int, typer.Option(help="Seconds lost at every (re)start.", callback=bounds(0))] = 30,
+    interference: Annotated[
+        float,
+        typer.Option(help="Slowdown of distributed jobs sharing a node, 0-1.", callback=bounds(0, 1, high_open=True)),
+    ] = 0.0,
+    seed: Annotated[
+        int, typer.Option(help="Seed for anything random (generated workloads, searches).", callback=bounds(0))
+    ] = 0,
     out: Annotated[Path, typer.Option(help="Folder for summary.json, CSVs and plots.")] = Path("results/simulate"),
-    processes: Annotated[int, typer.Option(help="Policies simulated at once.")] = 2,
+    processes: Annotated[int, typer.Option(help="Policies simulated at once.", callback=bounds(1))] = 2,
     data_dir: Annotated[Path | None, typer.Option(help="Artifact data folder.")] = None,
 ) -> None:
     """Replay a workload under each policy and compare them: table on screen, files in --out."""
     from pollux.policies.registry import POLICIES
     from pollux.sim.report import write_outputs
 
-    console = Console()
+    console = plain_console()
     try:
         names = policy or list(POLICIES)
         unknown = [n for n in names if n not in POLICIES]
         if unknown:
             raise PolluxError(f"unknown policy {unknown[0]!r}; choose from: {', '.join(POLICIES)}")
-        if not 0.0 <= interference < 1.0:
-            raise PolluxError(f"--interference must be in [0, 1), got {interference}")
         config = SimConfig(Cluster(nodes, gpus_per_node), interval, restart_delay, interference)
         inputs, note = resolve_inputs(workload, data_dir, seed)
-        console.print(note)
+        load_inputs(inputs)  # a missing or malformed workload is reported here, not from a worker under a bar
+        _make_out_dir(out)
+        console.print(note, soft_wrap=True)
         results = run_policies(names, inputs, config, processes, console)
         paths = write_outputs(results, out)
     except PolluxError as error:
-        Console(stderr=True).print(f"[red]error:[/] {error}", soft_wrap=True, highlight=False)
+        print_error(error)
         raise typer.Exit(2) from None
     title = f"{workload if not inputs.offline else 'generated workload'} on {nodes}×{gpus_per_node} GPUs"
-    Console(width=max(console.width, 120)).print(summary_table(results, title))
-    console.print(
-        f"Wrote {len(paths)} files to {out}/ — plots: " + ", ".join(p.name for p in paths if p.suffix == ".png")
-    )
+    plain_console(width=max(console.width, 120)).print(summary_table(results, title))
+    plots = ", ".join(p.name for p in paths if p.suffix == ".png")
+    console.print(f"Wrote {len(paths)} files to {out}/ — plots: {plots}", soft_wrap=True)

@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from pollux.errors import DataNotFoundError, PolluxError
+from pollux.option_bounds import bounds
 from pollux.sim.generate import DEFAULT_START_HOUR, SUMMARY_PATH, find_philly_trace, generate_workload
 from pollux.sim.workload import read_workload, write_workload
 
@@ -23,7 +24,7 @@ app = typer.Typer(
 
 DataDirOption = Annotated[
     Path | None,
-    typer.Option("--data-dir", help="Artifact data folder [default: search]", show_default=False),
+    typer.Option("--data-dir", help="Artifact data folder", show_default="search"),
 ]
 
 
@@ -48,17 +49,33 @@ def _workload() -> None:
 
 @app.command("generate")
 def generate_command(
-    jobs: Annotated[int, typer.Option("--jobs", "-n", help="Jobs at load 1.0")],
-    hours: Annotated[float, typer.Option("--hours", help="Submission window length, hours (at most 24)")],
-    seed: Annotated[int, typer.Option("--seed", help="Random seed: the same seed gives the same workload")],
-    load: Annotated[float, typer.Option("--load", help="Scales the number of jobs in the same window")] = 1.0,
+    jobs: Annotated[int, typer.Option("--jobs", "-n", help="Jobs at load 1.0", callback=bounds(1))],
+    hours: Annotated[
+        float,
+        typer.Option(
+            "--hours", help="Submission window length, hours (at most 24)", callback=bounds(0, 24, low_open=True)
+        ),
+    ],
+    seed: Annotated[
+        int,
+        typer.Option(
+            "--seed",
+            help="Random seed: the same seed gives the same workload (as in `pollux simulate`)",
+            callback=bounds(0),
+        ),
+    ] = 0,
+    load: Annotated[
+        float,
+        typer.Option("--load", help="Scales the number of jobs in the same window", callback=bounds(0, low_open=True)),
+    ] = 1.0,
     out: Annotated[
         Path | None,
-        typer.Option("--out", "-o", help="CSV to write [default: ./generated-<N>jobs-<H>h-seed<S>.csv]"),
+        typer.Option("--out", "-o", help="CSV to write", show_default="./generated-<N>jobs-<H>h-seed<S>.csv"),
     ] = None,
     data_dir: DataDirOption = None,
     start_hour: Annotated[
-        int, typer.Option("--start-hour", help="Hour of the trace's day where the window starts")
+        int,
+        typer.Option("--start-hour", help="Hour of the trace's day where the window starts", callback=bounds(0, 23)),
     ] = DEFAULT_START_HOUR,
     source: Annotated[
         SourceChoice,

@@ -51,7 +51,7 @@ def test_malformed_workload_row_is_one_line_and_exit_2(tmp_path):
     [
         (["-p", "nonesuch"], "unknown policy"),
         (["--interference", "1.5"], "--interference"),
-        (["--nodes", "0"], "num_nodes"),
+        (["--nodes", "0"], "--nodes"),
     ],
 )
 def test_bad_options_are_one_line_errors(tmp_path, args, needle):

@@ -1,0 +1,60 @@
+"""What `pollux ls` shows while no scheduler runs, read straight from the state database: the jobs outlive the
+service (STYLE.md habit 10), so listing them must not need it.
+
+The rows come from the API's own `job_row`, so both views print the same columns the same way; only a live
+service's word is missing, and a pending job's note is then the reason stored with its last status change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+from pollux.agent.report import JobReport
+from pollux.errors import ReportError
+from pollux.runtime.api import job_row
+from pollux.runtime.service import Service
+from pollux.runtime.store import StateStore
+
+
+class _StoredService:
+    """The two questions `job_row` asks a service, answered from the store."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+
+    def report(self, name: str) -> JobReport | None:
+        stored = self.store.report(name)
+        if stored is None:
+            return None
+        try:
+            return JobReport.from_json_dict(stored, f"stored report of {name}")
+        except ReportError:
+            return None
+
+    def reason(self, name: str) -> str:
+        history = self.store.history(name)
+        return history[-1][2] if history else ""
+
+
+def stored_jobs(database: Path, now: float) -> list[dict[str, Any]]:
+    """Every job as `GET /v1/jobs` would list it."""
+    store = StateStore(database)
+    try:
+        view = cast(Service, _StoredService(store))
+        return [job_row(view, state, now) for state in store.jobs()]
+    finally:
+        store.close()
+
+
+def stored_job(database: Path, name: str, now: float) -> dict[str, Any]:
+    """One job as `GET /v1/jobs/NAME` would show it: its row, status history and last report."""
+    store = StateStore(database)
+    try:
+        state = store.job(name)
+        return {
+            **job_row(cast(Service, _StoredService(store)), state, now),
+            "history": [{"at": at, "status": s, "reason": r} for at, s, r in store.history(name)],
+            "report": store.report(name),
+        }
+    finally:
+        store.close()
