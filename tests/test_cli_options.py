@@ -36,6 +36,7 @@ BAD_VALUES = [
     (["up"], "--backoff", "-1"),
     (["up"], "--slots", "0"),
     (["up"], "--port", "70000"),
+    (["up"], "--checkpoint-interval", "0"),
     (["down"], "--timeout", "0"),
 ]
 
