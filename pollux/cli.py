@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -10,9 +9,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from pollux.console import plain_console, print_error
+from pollux.console import OneLineErrors, plain_console
 from pollux.data.cli import app as data_app
-from pollux.errors import PolluxError
 from pollux.runtime.cli import register as register_runtime
 from pollux.sim.cli import simulate_command
 from pollux.sim.workload_cli import app as workload_app
@@ -22,6 +20,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    cls=OneLineErrors,
 )
 app.add_typer(data_app, name="data", help="Find, fetch and verify the Pollux artifact's data.")
 app.add_typer(workload_app, name="workload", help="Generate and inspect workload traces.")
@@ -62,9 +61,5 @@ def fit(data_dir: DataDirOption = None) -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
-    try:
-        app()
-    except PolluxError as error:
-        print_error(error)
-        sys.exit(2)
+    """Console-script entry point (errors: `pollux.console.OneLineErrors`)."""
+    app()

@@ -9,13 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pollux.errors import SpecError
+from pollux.errors import AllocationError, SpecError
 
 Allocation = tuple[int, ...]
-
-
-class AllocationError(SpecError):
-    """A policy produced an allocation that breaks a placement rule (a bug in the policy, caught early)."""
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,15 @@ drops the first silently and dies on a stray closing tag. Style comes from `Text
 
 from __future__ import annotations
 
+from typing import Any
+
+import click
+import typer
 from rich.console import Console
 from rich.text import Text
+from typer.core import TyperGroup
+
+from pollux.errors import PolluxError
 
 
 def plain_console(*, stderr: bool = False, width: int | None = None) -> Console:
@@ -16,3 +23,16 @@ def plain_console(*, stderr: bool = False, width: int | None = None) -> Console:
 def print_error(error: BaseException) -> None:
     """`error: <message>` on stderr, one line however long (a wrapped path would read as two)."""
     plain_console(stderr=True).print(Text.assemble(("error:", "red"), f" {error}"), soft_wrap=True)
+
+
+class OneLineErrors(TyperGroup):
+    """The command line's one error handler: a `PolluxError` (bad input or environment) from any command is printed
+    as `error: <message>` and exits 2; anything else is a bug and keeps its traceback. Every `typer.Typer` of the
+    project uses it (`cls=OneLineErrors`), so a sub-application run on its own behaves the same."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except PolluxError as error:
+            print_error(error)
+            raise typer.Exit(2) from None

@@ -28,6 +28,10 @@ class TraceError(PolluxError):
     """A workload trace row is malformed."""
 
 
+class SimulationError(PolluxError):
+    """A simulation cannot finish (e.g. a job that no allocation can ever hold)."""
+
+
 class CatalogError(SpecError):
     """A parametric job catalog (TOML) is unreadable or has a bad entry; the message names file, type and field."""
 
@@ -38,6 +42,11 @@ class AgentError(PolluxError):
 
 class CheckpointError(AgentError):
     """No good checkpoint could be restored although checkpoint files exist (every candidate is corrupt)."""
+
+
+class CorruptCheckpoint(Exception):
+    """One checkpoint file failed its integrity check. Internal: the store falls back to an older file, and only
+    when none is good does the user see a `CheckpointError`."""
 
 
 class ReportError(AgentError):
@@ -68,3 +77,9 @@ class ServiceError(PolluxError):
 class SchedulerDownError(ServiceError):
     """No scheduler answers on the state directory (never started, stopped, or killed); its jobs are still in the
     state database, which `pollux ls` then reads directly."""
+
+
+class AllocationError(Exception):
+    """A policy produced allocations that break a placement rule (a node over capacity, two distributed jobs sharing
+    a node where the policy avoids that, an unknown job). A bug in the policy, not bad input: deliberately not a
+    `PolluxError`, so the command line shows its traceback instead of a one-line message."""

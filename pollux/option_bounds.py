@@ -12,7 +12,6 @@ from typing import TypeVar
 
 import typer
 
-from pollux.console import print_error
 from pollux.errors import PolluxError
 
 Number = TypeVar("Number", int, float)
@@ -43,8 +42,7 @@ def bounds(
             inside = value < high if high_open else value <= high
         if not inside:
             option = max(param.opts, key=len)
-            print_error(PolluxError(f"{option} must be {accepted}, got {_fmt(value)}"))
-            raise typer.Exit(2)
+            raise PolluxError(f"{option} must be {accepted}, got {_fmt(value)}")  # one line, exit 2: OneLineErrors
         return value
 
     return check

@@ -2,8 +2,8 @@
 
 import pytest
 
-from pollux.cluster import AllocationError, Cluster, free_gpus, placement, validate_allocations
-from pollux.errors import SpecError
+from pollux.cluster import Cluster, free_gpus, placement, validate_allocations
+from pollux.errors import AllocationError, SpecError
 
 
 def test_free_gpus_subtracts_every_allocation():

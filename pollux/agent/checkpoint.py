@@ -18,17 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pollux.agent.atomic import fsync_dir, write_atomic
-from pollux.errors import CheckpointError
+from pollux.errors import CheckpointError, CorruptCheckpoint
 
 LOG = logging.getLogger(__name__)
 
 MAGIC = b"PLXCKPT1"
 HEADER = struct.Struct("<8sQ32s")  # magic, payload length in bytes, sha256 of the payload
 NAME = re.compile(r"^ckpt-(\d{8})\.plx$")
-
-
-class CorruptCheckpoint(Exception):
-    """A checkpoint file failed its integrity check (internal: the store falls back to an older file)."""
 
 
 @dataclass(frozen=True)

@@ -12,18 +12,17 @@ from typing import Annotated
 
 import typer
 
+from pollux.console import OneLineErrors
 from pollux.data.fetch import DEFAULT_BASE_URL, fetch
 from pollux.data.locate import default_cache_dir, find_data_dir
 from pollux.data.verify import verify
-from pollux.errors import PolluxError
 
-app = typer.Typer(name="data", help="Get, locate and verify the Pollux artifact's data files.", no_args_is_help=True)
-
-
-def _fail(err: PolluxError) -> typer.Exit:
-    """One line on stderr: plain echo, since a rich console would wrap a long path onto a second line."""
-    typer.echo(f"error: {' '.join(str(err).split())}", err=True)
-    return typer.Exit(2)
+app = typer.Typer(
+    name="data",
+    help="Get, locate and verify the Pollux artifact's data files.",
+    no_args_is_help=True,
+    cls=OneLineErrors,
+)
 
 
 @app.command("fetch")
@@ -34,11 +33,8 @@ def fetch_command(
     ] = DEFAULT_BASE_URL,
 ) -> None:
     """Download every data file, checking each against the manifest's sha256."""
-    try:
-        path = fetch(dest=dest, base_url=base_url)
-        report = verify(path)
-    except PolluxError as err:
-        raise _fail(err) from None
+    path = fetch(dest=dest, base_url=base_url)
+    report = verify(path)
     typer.echo(f"{path}: {report.summary()}")
     if not report.ok:
         raise typer.Exit(1)
@@ -51,10 +47,7 @@ def status_command(
     ] = None,
 ) -> None:
     """Say where the data was found (and by which rule), and whether every file matches the manifest."""
-    try:
-        location = find_data_dir(data_dir)
-    except PolluxError as err:
-        raise _fail(err) from None
+    location = find_data_dir(data_dir)
     report = verify(location.path)
     typer.echo(f"data:     {location.path}")
     typer.echo(f"found by: {location.source}")

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from pollux.cluster import Cluster
-from pollux.console import plain_console, print_error
+from pollux.console import plain_console
 from pollux.errors import DataNotFoundError, PolluxError
 from pollux.option_bounds import bounds
 from pollux.sim.run import SimConfig, SimResult
@@ -192,21 +192,17 @@ def simulate_command(
     from pollux.sim.report import write_outputs
 
     console = plain_console()
-    try:
-        names = policy or list(POLICIES)
-        unknown = [n for n in names if n not in POLICIES]
-        if unknown:
-            raise PolluxError(f"unknown policy {unknown[0]!r}; choose from: {', '.join(POLICIES)}")
-        config = SimConfig(Cluster(nodes, gpus_per_node), interval, restart_delay, interference)
-        inputs, note = resolve_inputs(workload, data_dir, seed)
-        load_inputs(inputs)  # a missing or malformed workload is reported here, not from a worker under a bar
-        _make_out_dir(out)
-        console.print(note, soft_wrap=True)
-        results = run_policies(names, inputs, config, processes, console)
-        paths = write_outputs(results, out)
-    except PolluxError as error:
-        print_error(error)
-        raise typer.Exit(2) from None
+    names = policy or list(POLICIES)
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown:
+        raise PolluxError(f"unknown policy {unknown[0]!r}; choose from: {', '.join(POLICIES)}")
+    config = SimConfig(Cluster(nodes, gpus_per_node), interval, restart_delay, interference)
+    inputs, note = resolve_inputs(workload, data_dir, seed)
+    load_inputs(inputs)  # a missing or malformed workload is reported here, not from a worker under a bar
+    _make_out_dir(out)
+    console.print(note, soft_wrap=True)
+    results = run_policies(names, inputs, config, processes, console)
+    paths = write_outputs(results, out)
     title = f"{workload if not inputs.offline else 'generated workload'} on {nodes}×{gpus_per_node} GPUs"
     plain_console(width=max(console.width, 120)).print(summary_table(results, title))
     plots = ", ".join(p.name for p in paths if p.suffix == ".png")

@@ -11,7 +11,7 @@ import numpy as np
 
 from pollux.cluster import Cluster
 from pollux.engine import Scheduler
-from pollux.errors import DataNotFoundError, PolluxError, SpecError
+from pollux.errors import DataNotFoundError, SimulationError, SpecError
 from pollux.policies.base import JobView, Policy
 from pollux.sim.backend import SimBackend, SimJob, SimJobSpec
 from pollux.sim.jobmodel import JobModel
@@ -21,10 +21,6 @@ from pollux.sim.workload import WorkloadJob
 # The artifact runs ncf at its measured batch on one GPU under elastic policies (DESIGN.md, Pollux's jobs).
 ARTIFACT_ELASTIC_OVERRIDES: dict[str, tuple[int | None, int]] = {"ncf": (32768, 1)}
 MAX_SIMULATED_S = 60 * 24 * 3600  # a run longer than 60 simulated days means a job can never be placed
-
-
-class SimulationError(PolluxError):
-    """A simulation cannot finish (e.g. a job that no allocation can ever hold)."""
 
 
 @dataclass(frozen=True)

@@ -13,13 +13,17 @@ from typing import Annotated
 
 import typer
 
-from pollux.errors import DataNotFoundError, PolluxError
+from pollux.console import OneLineErrors
+from pollux.errors import DataNotFoundError
 from pollux.option_bounds import bounds
 from pollux.sim.generate import DEFAULT_START_HOUR, SUMMARY_PATH, find_philly_trace, generate_workload
 from pollux.sim.workload import read_workload, write_workload
 
 app = typer.Typer(
-    name="workload", help="Generate and check workloads (job arrivals and requests).", no_args_is_help=True
+    name="workload",
+    help="Generate and check workloads (job arrivals and requests).",
+    no_args_is_help=True,
+    cls=OneLineErrors,
 )
 
 DataDirOption = Annotated[
@@ -34,12 +38,6 @@ class SourceChoice(StrEnum):
     auto = "auto"
     trace = "trace"
     summary = "summary"
-
-
-def _fail(err: PolluxError) -> typer.Exit:
-    """One line on stderr: plain echo, since a rich console would wrap a long path onto a second line."""
-    typer.echo(f"error: {' '.join(str(err).split())}", err=True)
-    return typer.Exit(2)
 
 
 @app.callback()
@@ -83,11 +81,8 @@ def generate_command(
     ] = SourceChoice.auto,
 ) -> None:
     """Sample jobs as the artifact did: Philly submission times, application by GPU-time, a tuned request each."""
-    try:
-        workload = generate_workload(jobs, hours, seed, load, data_dir, start_hour=start_hour, source=source.value)
-        path = write_workload(workload, out or Path(f"{workload.name}.csv"))
-    except PolluxError as err:
-        raise _fail(err) from None
+    workload = generate_workload(jobs, hours, seed, load, data_dir, start_hour=start_hour, source=source.value)
+    path = write_workload(workload, out or Path(f"{workload.name}.csv"))
     if workload.source == SUMMARY_PATH:
         origin = f"the committed Philly summary {SUMMARY_PATH.name}"
         if source is SourceChoice.auto:
@@ -103,10 +98,7 @@ def show_command(
     data_dir: DataDirOption = None,
 ) -> None:
     """Read and validate a workload, then print its size, span and job mix."""
-    try:
-        loaded = read_workload(workload, data_dir)
-    except PolluxError as err:
-        raise _fail(err) from None
+    loaded = read_workload(workload, data_dir)
     times = [job.submit_time_s for job in loaded.jobs]
     typer.echo(f"{loaded.name}: {len(loaded)} jobs from {loaded.source}")
     typer.echo(f"submitted between {min(times)} s and {max(times)} s ({max(times) / 3600:.2f} h)")
