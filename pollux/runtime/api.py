@@ -38,7 +38,7 @@ from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 from pollux.cluster import placement
 from pollux.errors import PolluxError, SchedulerDownError, ServiceError, UnknownJobError
 from pollux.runtime import joblog
-from pollux.runtime.local import process_start_ticks
+from pollux.runtime.processes import process_start_ticks
 from pollux.runtime.service import Service
 from pollux.runtime.spec import loads_spec
 from pollux.runtime.store import JobState

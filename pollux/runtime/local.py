@@ -1,61 +1,52 @@
 """The local backend's launcher: this machine is one node, its GPUs (or CPU cores) are the slots.
 
 Worker groups start like `torchrun --nnodes=1 --nproc_per_node=n` would start them, one process per slot, each
-in its own session so that one `killpg` takes its helpers (data-loader workers) with it. Two guarantees matter
-for a scheduler that can die:
+in its own session so that one `killpg` takes its helpers (data-loader workers) with it, dying with the scheduler
+and recorded by pid and start time (`pollux.runtime.processes`). For a scheduler that can die:
 
-* Every worker is started with Linux's `PR_SET_PDEATHSIG = SIGTERM`: if the scheduler process is killed (even
-  with SIGKILL) its workers get SIGTERM, checkpoint and exit instead of training on unscheduled. The kernel sends
-  that signal when the *thread* that forked the worker exits, not the process: the service must call `launch`
-  from a long-lived thread (its main loop), never from a short-lived worker thread. `setpriv --pdeathsig` sets it
-  (a `preexec_fn` could deadlock the child of a process with threads, as the scheduler and Ray actors are); only
-  without `setpriv` does a `preexec_fn` set it.
-* Every worker is recorded with its start time (`/proc/<pid>/stat`), so that a restarted scheduler can `reap`
-  strays a previous one left behind without ever signalling an unrelated process that reused the pid.
 * A worker writes its output straight into its rank's log file (`pollux.runtime.joblog`), never into a pipe to
   the scheduler: after the scheduler died, a `print` on the way to the checkpoint must not fail.
 * A scheduler killed before it recorded the workers cannot reap them; the request's `lock_path` keeps it from
   starting a second group beside them: every worker inherits an exclusive `flock` on it, so it is held until the
   last of them (and of their children) exits, and a launch that finds it held fails as transient.
-
-A command whose first word is `python` or `python3` runs with the scheduler's own interpreter (`sys.executable`):
-a scheduler started as `.venv/bin/pollux` runs its jobs in that virtual environment, with torch and the agent.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import fcntl
-import functools
 import os
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from pollux.cluster import Cluster
 from pollux.errors import LaunchError, SpecError, UnknownJobError
 from pollux.runtime.joblog import open_rank_log
-from pollux.runtime.launcher import EXIT_STOPPED, LaunchRequest, WorkerInfo
+from pollux.runtime.launcher import LaunchRequest, WorkerInfo
+from pollux.runtime.processes import (
+    GroupExit,
+    die_with_parent,
+    exit_code,
+    process_start_ticks,
+    reap_processes,
+    resolve_command,
+    signal_group,
+    worker_env,
+)
 
 SlotKind = Literal["gpu", "cpu"]
 
-_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-_PYTHON_NAMES = ("python", "python3")
 _LOCK_MARGIN_S = 1.0  # past the stop grace period, how long a launch waits for the previous group's lock
 _LOCK_RETRY_S = 0.05
-# Run by `sh` after `setpriv` set the parent-death signal, before the command: `$0` is the launcher's pid, and a
-# different parent means the launcher died before the signal was armed (nobody would ever send it): exit at once.
-_ORPHAN_CHECK = 'test "$PPID" = "$0" || exit 143; exec "$@"'
 _CRASH_KILL_WAIT_S = 2.0  # how long one `poll` waits for the siblings of a crashed worker to die after SIGKILL
 
 
@@ -80,168 +71,11 @@ def detect_gpus() -> list[str]:
     return [e for e in entries if not e.isdigit() or e in indices]
 
 
-def process_start_ticks(pid: int) -> int | None:
-    """The start time of a live process in clock ticks since boot (`/proc/<pid>/stat` field 22), or None when no
-    such process runs (a zombie counts as gone: it has exited, only its parent has not collected it yet)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2 :].split()  # the command name in parentheses may hold spaces
-    if fields[0] in ("Z", "X"):  # field 3: state
-        return None
-    return int(fields[19])  # field 22: starttime
-
-
-def exit_code(returncode: int) -> int:
-    """A Popen return code as a shell reports it: killed by signal s → 128 + s (SIGTERM → 143, SIGKILL → 137)."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def group_exit_code(codes: Sequence[int]) -> int:
-    """The worst of the workers' codes: a crash, else 143 (stopped), else 0 (see `pollux.runtime.launcher`)."""
-    crashes = [c for c in codes if c not in (0, EXIT_STOPPED)]
-    if crashes:
-        return crashes[0]
-    return EXIT_STOPPED if EXIT_STOPPED in codes else 0
-
-
-def reap_processes(workers: Sequence[WorkerInfo], host: str, grace_s: float) -> int:
-    """SIGTERM the recorded workers that still run on `host` (same pid *and* start time: a reused pid is left
-    alone), SIGKILL them and their process groups after `grace_s`. Returns how many were alive."""
-    alive = [w for w in workers if w.host == host and w.start_ticks and process_start_ticks(w.pid) == w.start_ticks]
-    for w in alive:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(w.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    remaining = alive
-    while remaining and time.monotonic() < deadline:
-        time.sleep(0.05)
-        remaining = [w for w in remaining if process_start_ticks(w.pid) == w.start_ticks]
-    for w in remaining:
-        if process_start_ticks(w.pid) == w.start_ticks:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                if os.getpgid(w.pid) == w.pid:  # it leads its own group, as both launchers start workers
-                    os.killpg(w.pid, signal.SIGKILL)
-                else:
-                    os.kill(w.pid, signal.SIGKILL)
-    return len(alive)
-
-
-def worker_env(
-    request_env: Mapping[str, str],
-    *,
-    rank: int,
-    local_rank: int,
-    world_size: int,
-    local_world_size: int,
-    master_addr: str,
-    master_port: int,
-    num_nodes: int,
-    cuda_visible_devices: str | None = None,
-) -> dict[str, str]:
-    """One worker's environment, as torchrun would set it: this process's environment (the scheduler's, or the
-    Ray actor's on its node), the request's on top, the rank wiring last so that nothing can break it. One OpenMP
-    thread per worker unless someone chose otherwise: n workers share the cores. `cuda_visible_devices=None`
-    keeps the inherited value (Ray sets it for an actor holding a `GPU`)."""
-    env = {**os.environ}
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env["PYTHONUNBUFFERED"] = "1"  # lines reach the log as they are printed
-    env.update(request_env)
-    env.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(local_rank),
-        WORLD_SIZE=str(world_size),
-        LOCAL_WORLD_SIZE=str(local_world_size),
-        MASTER_ADDR=master_addr,
-        MASTER_PORT=str(master_port),
-        POLLUX_NUM_NODES=str(num_nodes),
-    )
-    if cuda_visible_devices is not None:
-        env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
-    return env
-
-
-def resolve_command(command: Sequence[str], cwd: Path, search_path: str | None = None) -> list[str]:
-    """The command to run, checked before anything starts: `python` is this process's own interpreter (the
-    scheduler's or the Ray actor's environment, with torch and the agent); a path is taken relative to `cwd`; a
-    bare name is looked up on `search_path` (default: PATH). Raises a permanent `LaunchError` saying what to fix."""
-    if not command:
-        raise LaunchError("the command is empty (give the program to run and its arguments)")
-    if not cwd.is_dir():
-        raise LaunchError(f"working directory {cwd} does not exist (create it or fix the job's cwd)")
-    program, *args = command
-    if program in _PYTHON_NAMES:
-        return [sys.executable, *args]
-    if os.sep in program:
-        path = cwd / program  # an absolute program stays as it is
-        if not (path.is_file() and os.access(path, os.X_OK)):
-            raise LaunchError(f"executable {path} does not exist or is not executable (fix the path or chmod +x it)")
-        return [str(path), *args]
-    found = shutil.which(program, path=search_path)
-    if found is None:
-        raise LaunchError(
-            f"executable {program!r} is not on PATH (install it, or give its full path in the job's command)"
-        )
-    return [found, *args]
-
-
 def _free_port() -> int:
     """A TCP port nobody listens on now, for rank 0's rendezvous store (torchrun picks it the same way)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-@functools.cache
-def _prctl() -> Callable[..., int] | None:
-    """libc's `prctl`, or None off Linux. Loaded in the parent: between fork and exec the child does little."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-def _die_with_parent_hook() -> Callable[[], None] | None:
-    """A `preexec_fn` that makes the kernel SIGTERM the child when the forking thread dies; None off Linux."""
-    prctl = _prctl()
-    if prctl is None:
-        return None
-    parent, sigterm = os.getpid(), int(signal.SIGTERM)
-
-    def set_pdeathsig() -> None:
-        prctl(_PR_SET_PDEATHSIG, sigterm, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl took effect: nobody would signal us
-            os._exit(EXIT_STOPPED)
-
-    return set_pdeathsig
-
-
-@functools.cache
-def _setpriv() -> str | None:
-    """util-linux's `setpriv` if it can set the parent-death signal (`--pdeathsig`, since 2.33), else None."""
-    path = shutil.which("setpriv")
-    if path is None:
-        return None
-    try:
-        usage = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return path if "--pdeathsig" in usage else None
-
-
-def die_with_parent(command: Sequence[str]) -> tuple[list[str], Callable[[], None] | None]:
-    """`command` made to get SIGTERM when the thread that starts it dies, and the `preexec_fn` that takes, if any.
-
-    With `setpriv`: `setpriv --pdeathsig TERM -- sh -c CHECK <our pid> command...` and no `preexec_fn`. Both
-    `exec`, so the started pid (and its start time) is the command's; the signal survives `exec`, and the check
-    closes the window in which we die before `setpriv` armed it. Without `setpriv`: the command, and a hook."""
-    setpriv = _setpriv()
-    if setpriv is None:
-        return list(command), _die_with_parent_hook()
-    return [setpriv, "--pdeathsig", "TERM", "--", "/bin/sh", "-c", _ORPHAN_CHECK, str(os.getpid()), *command], None
 
 
 def _take_group_lock(job: str, lock_path: Path, wait_s: float) -> int:
@@ -276,12 +110,6 @@ def _record_holders(fd: int, workers: Sequence[WorkerInfo]) -> None:
     os.pwrite(fd, " ".join(str(w.pid) for w in workers).encode() + b"\n", 0)
 
 
-def _signal_group(pid: int, sig: int) -> None:
-    """Signal a worker's whole process group (it leads its own session), ignoring one that is already gone."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
-
-
 @dataclass
 class _Group:
     """One job's running (or exited, not yet forgotten) workers and the slots they hold."""
@@ -289,9 +117,7 @@ class _Group:
     procs: list[subprocess.Popen[bytes]]
     workers: list[WorkerInfo]
     slots: list[int]
-    codes: list[int | None] = field(default_factory=list)
-    crash_code: int | None = None
-    exit_code: int | None = None
+    exit: GroupExit
 
     def running(self) -> bool:
         return any(p.poll() is None for p in self.procs)
@@ -367,7 +193,7 @@ class LocalLauncher:
         if old is not None:
             self._drop(request.job)  # exited: `_check_launchable` refuses a running one
         slots = [s for s in range(len(self._devices)) if not self._slot_taken(s)][:n]
-        group = _Group(procs=[], workers=[], slots=slots)
+        group = _Group(procs=[], workers=[], slots=slots, exit=GroupExit.of(0))
         port = _free_port()
         for rank, slot in enumerate(slots):
             env = worker_env(
@@ -443,7 +269,7 @@ class LocalLauncher:
         finally:
             os.close(log_fd)
         group.procs.append(proc)
-        group.codes.append(None)
+        group.exit.codes.append(None)
         ticks = process_start_ticks(proc.pid) or 0
         group.workers.append(WorkerInfo(rank=rank, node=0, pid=proc.pid, host=self._host, start_ticks=ticks))
 
@@ -452,15 +278,11 @@ class LocalLauncher:
         once (they would block in the next collective), and this call waits a moment for them to die."""
         with self._lock:
             group = self._group(job)
-            if group.exit_code is None and self._collect(group):
+            if group.exit.exit_code is None and self._collect(group):
                 self._kill_running(group)
                 self._wait(group, _CRASH_KILL_WAIT_S)
                 self._collect(group)
-            if group.exit_code is not None or any(c is None for c in group.codes):
-                return group.exit_code
-            codes = [c for c in group.codes if c is not None]
-            group.exit_code = group.crash_code if group.crash_code is not None else group_exit_code(codes)
-            return group.exit_code
+            return group.exit.settle()
 
     def stop(self, job: str) -> None:
         """SIGTERM each worker (not its group: the agent checkpoints, then ends its own helpers); returns at once."""
@@ -528,17 +350,16 @@ class LocalLauncher:
         """Record the codes of workers that exited since the last look; True if the first crash is among them."""
         first_crash = False
         for i, proc in enumerate(group.procs):
-            if group.codes[i] is None and proc.poll() is not None:
-                code = group.codes[i] = exit_code(proc.returncode)
-                if group.crash_code is None and code not in (0, EXIT_STOPPED):
-                    group.crash_code, first_crash = code, True
-                    _signal_group(proc.pid, signal.SIGKILL)  # its helpers; the pid was collected only just now
+            collected = group.exit.codes[i] is None and proc.poll() is not None
+            if collected and group.exit.record(i, exit_code(proc.returncode)):
+                first_crash = True
+                signal_group(proc.pid, signal.SIGKILL)  # its helpers; the pid was collected only just now
         return first_crash
 
     def _kill_running(self, group: _Group) -> None:
         for proc in group.procs:
             if proc.poll() is None:  # a collected worker's pid may already belong to someone else
-                _signal_group(proc.pid, signal.SIGKILL)
+                signal_group(proc.pid, signal.SIGKILL)
 
     def _wait(self, group: _Group, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -37,18 +37,18 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pollux.cluster import Cluster, num_nodes_used
 from pollux.errors import LaunchError, UnknownJobError
 from pollux.runtime.joblog import open_rank_log
-from pollux.runtime.launcher import EXIT_STOPPED, LaunchRequest, WorkerInfo
-from pollux.runtime.local import (
+from pollux.runtime.launcher import LaunchRequest, WorkerInfo
+from pollux.runtime.processes import (
+    GroupExit,
     die_with_parent,
     exit_code,
-    group_exit_code,
     process_start_ticks,
     reap_processes,
     resolve_command,
@@ -105,7 +105,7 @@ class _WorkerActor:
         self, command: Sequence[str], env: Mapping[str, str], wiring: Mapping[str, Any], cwd: str, log_dir: str
     ) -> _Started:
         """Start the worker in its own session, dying with this actor, writing its output into its rank's log.
-        `wiring` holds the keyword arguments of `pollux.runtime.local.worker_env`; the node's environment is
+        `wiring` holds the keyword arguments of `pollux.runtime.processes.worker_env`; the node's environment is
         this actor's."""
         full_env = worker_env(env, **wiring)
         try:
@@ -165,12 +165,10 @@ class _Group:
     placement_group: PlacementGroup
     actors: list[ActorHandle]
     workers: list[WorkerInfo]
-    codes: list[int | None] = field(default_factory=list)
-    crash_code: int | None = None  # the first crash seen: the group's code, whatever its killed siblings report
-    exit_code: int | None = None
+    exit: GroupExit
 
     def running(self) -> bool:
-        return any(c is None for c in self.codes)
+        return self.exit.running()
 
 
 class RayLauncher:
@@ -222,6 +220,7 @@ class RayLauncher:
         self._cluster = Cluster(num_nodes=len(nodes), gpus_per_node=min(self._node_gpus))
         self._host = ray.util.get_node_ip_address()
         self._groups: dict[str, _Group] = {}
+        self._launching: set[str] = set()  # jobs whose launch waits on Ray outside the lock
         self._lock = threading.RLock()
         self._closed = False
 
@@ -238,55 +237,79 @@ class RayLauncher:
     def launch(self, request: LaunchRequest) -> list[WorkerInfo]:
         """Reserve the allocation's GPUs on exactly its nodes, then start one worker per GPU; nothing of the job
         is left behind (actors, placement group) if any part fails. An exited, unforgotten group is forgotten; a
-        dead driver's group of the job is waited for, up to the stop grace period (module docstring)."""
-        import ray
+        dead driver's group of the job is waited for, up to the stop grace period (module docstring).
+
+        The launcher's lock is held only to check and to record: waiting for Ray (a previous group's removal, the
+        reservation, the actors' start) leaves `poll`, `stop` and `kill` of other jobs free to run meanwhile."""
         from ray.exceptions import GetTimeoutError, RayActorError
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         with self._lock:
-            if self._closed:
-                raise LaunchError(f"job {request.job}: the Ray launcher was shut down")
-            old = self._groups.get(request.job)
-            if old is not None:
-                if old.running():
-                    raise LaunchError(
-                        f"job {request.job}: its workers are still running (stop it and poll first)", transient=True
-                    )
-                self._drop(request.job)
-            if not request.command:
-                raise LaunchError(
-                    f"job {request.job}: the command is empty (give the program to run and its arguments)"
-                )
-            nodes = self._check_allocation(request)
+            nodes = self._check_launchable(request)
+            self._launching.add(request.job)
+        actors: list[ActorHandle] = []
+        pg: PlacementGroup | None = None
+        try:
             self._await_previous_group(request.job)
             pg = self._reserve(request.job, nodes)
-            actors: list[ActorHandle] = []
-            try:
-                worker_cls = ray.remote(_WorkerActor)
-                gpu_options: dict[str, Any] = (
-                    {"num_gpus": 1} if self._gpu_resource == "GPU" else {"resources": {self._gpu_resource: 1}}
-                )
-                for rank in range(len(nodes)):
-                    strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=rank)
-                    options = {"num_cpus": 0, "max_restarts": 0, "scheduling_strategy": strategy, **gpu_options}
-                    actors.append(worker_cls.options(name=f"{GROUP_PREFIX}{request.job}-{rank}", **options).remote())
-                workers = self._start_workers(request, nodes, actors)
-            except ValueError as exc:  # an actor name still taken: a previous driver's actor not cleaned up yet
-                self._release(actors, pg)
-                raise LaunchError(
-                    f"job {request.job}: an actor of its previous worker group is still alive ({exc}); retry later",
-                    transient=True,
-                ) from exc
-            except (GetTimeoutError, RayActorError) as exc:
-                self._release(actors, pg)
-                raise LaunchError(
-                    f"job {request.job}: its worker actors did not start ({exc})", transient=True
-                ) from exc
-            except BaseException:
-                self._release(actors, pg)
-                raise
-            self._groups[request.job] = _Group(pg, actors, workers, codes=[None] * len(actors))
+            actors = self._create_actors(request.job, pg, len(nodes))
+            workers = self._start_workers(request, nodes, actors)
+            with self._lock:
+                if self._closed:
+                    raise LaunchError(f"job {request.job}: the Ray launcher was shut down while it launched")
+                self._groups[request.job] = _Group(pg, actors, workers, GroupExit.of(len(actors)))
             return list(workers)
+        except ValueError as exc:  # an actor name still taken: a previous driver's actor not cleaned up yet
+            self._release(actors, pg)
+            raise LaunchError(
+                f"job {request.job}: an actor of its previous worker group is still alive ({exc}); retry later",
+                transient=True,
+            ) from exc
+        except (GetTimeoutError, RayActorError) as exc:
+            self._release(actors, pg)
+            raise LaunchError(f"job {request.job}: its worker actors did not start ({exc})", transient=True) from exc
+        except BaseException:
+            self._release(actors, pg)
+            raise
+        finally:
+            with self._lock:
+                self._launching.discard(request.job)
+
+    def _check_launchable(self, request: LaunchRequest) -> list[int]:
+        """Under the lock: refuse what cannot start now, forget the job's exited group; the pool node of each rank."""
+        if self._closed:
+            raise LaunchError(f"job {request.job}: the Ray launcher was shut down")
+        if request.job in self._launching:
+            raise LaunchError(f"job {request.job}: it is being launched already", transient=True)
+        old = self._groups.get(request.job)
+        if old is not None:
+            if old.running():
+                raise LaunchError(
+                    f"job {request.job}: its workers are still running (stop it and poll first)", transient=True
+                )
+            self._drop(request.job)
+        if not request.command:
+            raise LaunchError(f"job {request.job}: the command is empty (give the program to run and its arguments)")
+        return self._check_allocation(request)
+
+    def _create_actors(self, job: str, pg: PlacementGroup, ranks: int) -> list[ActorHandle]:
+        """One actor per rank, in its rank's bundle, holding one GPU (Ray's or the custom resource)."""
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        worker_cls = ray.remote(_WorkerActor)
+        gpu_options: dict[str, Any] = (
+            {"num_gpus": 1} if self._gpu_resource == "GPU" else {"resources": {self._gpu_resource: 1}}
+        )
+        actors: list[ActorHandle] = []
+        try:
+            for rank in range(ranks):
+                strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=rank)
+                options = {"num_cpus": 0, "max_restarts": 0, "scheduling_strategy": strategy, **gpu_options}
+                actors.append(worker_cls.options(name=f"{GROUP_PREFIX}{job}-{rank}", **options).remote())
+        except BaseException:
+            self._kill_actors(actors)  # the ones already created: the caller only knows of a complete list
+            raise
+        return actors
 
     def _check_allocation(self, request: LaunchRequest) -> list[int]:
         """The pool node of each rank (node order, then local), after checking the allocation fits the pool."""
@@ -405,24 +428,17 @@ class RayLauncher:
         the other workers killed at once, since they would block in the next collective."""
         with self._lock:
             group = self._group(job)
-            if group.exit_code is not None:
-                return group.exit_code
-            self._collect(group)
-            if group.crash_code is None:
-                group.crash_code = next((c for c in group.codes if c not in (None, 0, EXIT_STOPPED)), None)
-            if group.crash_code is not None and group.running():
-                self._kill_workers(group)
-            if group.running():
-                return None
-            codes = [c for c in group.codes if c is not None]
-            group.exit_code = group.crash_code if group.crash_code is not None else group_exit_code(codes)
-            return group.exit_code
+            if group.exit.exit_code is None:
+                self._collect(group)
+                if group.exit.crash_code is not None and group.running():
+                    self._kill_workers(group)
+            return group.exit.settle()
 
     def stop(self, job: str) -> None:
         """Ask each actor to SIGTERM its worker; returns without waiting for them."""
         with self._lock:
             group = self._group(job)
-            for actor, code in zip(group.actors, group.codes, strict=True):
+            for actor, code in zip(group.actors, group.exit.codes, strict=True):
                 if code is None:
                     actor.terminate.remote()
 
@@ -445,7 +461,7 @@ class RayLauncher:
             return list(self._group(job).workers)
 
     def reap(self, workers: list[WorkerInfo]) -> int:
-        """Stop the recorded workers on this host that still run (`pollux.runtime.local.reap_processes`). On other
+        """Stop the recorded workers on this host that still run (`pollux.runtime.processes.reap_processes`). On other
         hosts Ray already did the work: it kills a dead driver's actors, and their workers get SIGTERM from the
         kernel (PDEATHSIG)."""
         return reap_processes(workers, self._host, self._stop_grace_s)
@@ -475,28 +491,30 @@ class RayLauncher:
         import ray
         from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError
 
-        pending = {i: group.actors[i].poll.remote() for i, c in enumerate(group.codes) if c is None}
+        pending = {i: group.actors[i].poll.remote() for i, c in enumerate(group.exit.codes) if c is None}
         for i, ref in pending.items():
             try:
-                group.codes[i] = ray.get(ref, timeout=_POLL_TIMEOUT_S)
+                code = ray.get(ref, timeout=_POLL_TIMEOUT_S)
             except (ActorUnavailableError, GetTimeoutError):
                 continue  # a transient hiccup or a busy node: ask again at the next poll
             except (ActorDiedError, RayActorError):
                 LOG.warning("rank %d's actor died (node lost?): counting its worker as exited %d", i, EXIT_LOST)
-                group.codes[i] = EXIT_LOST
+                code = EXIT_LOST
+            if code is not None:
+                group.exit.record(i, code)
 
     def _kill_workers(self, group: _Group) -> None:
         """SIGKILL each running worker through its actor (collecting its code), then kill every actor."""
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError
 
-        pending = {i: group.actors[i].kill.remote() for i, c in enumerate(group.codes) if c is None}
+        pending = {i: group.actors[i].kill.remote() for i, c in enumerate(group.exit.codes) if c is None}
         for i, ref in pending.items():
             try:
                 code = ray.get(ref, timeout=_POLL_TIMEOUT_S)
             except (RayActorError, GetTimeoutError):
                 code = None
-            group.codes[i] = EXIT_LOST if code is None else code
+            group.exit.record(i, EXIT_LOST if code is None else code)
         self._kill_actors(group.actors)
 
     def _kill_actors(self, actors: list[ActorHandle]) -> None:
@@ -506,13 +524,14 @@ class RayLauncher:
             with contextlib.suppress(Exception):  # an actor that is already gone
                 ray.kill(actor, no_restart=True)
 
-    def _release(self, actors: list[ActorHandle], pg: PlacementGroup) -> None:
+    def _release(self, actors: list[ActorHandle], pg: PlacementGroup | None) -> None:
         """Give back everything one group holds: its actors (their workers get SIGTERM), then its GPUs."""
         from ray.util.placement_group import remove_placement_group
 
         self._kill_actors(actors)
-        with contextlib.suppress(Exception):  # removed already
-            remove_placement_group(pg)
+        if pg is not None:
+            with contextlib.suppress(Exception):  # removed already
+                remove_placement_group(pg)
 
     def _drop(self, job: str) -> None:
         group = self._groups.pop(job)

@@ -18,10 +18,11 @@ from runtime_jobs import CRASH, ENV_DUMP, TERM_WAITER, pid_alive, wait_for
 
 from pollux.agent.report import read_report
 from pollux.errors import LaunchError, UnknownJobError
-from pollux.runtime import local
+from pollux.runtime import processes
 from pollux.runtime.joblog import rank_log_path, read_merged, tail
 from pollux.runtime.launcher import EXIT_STOPPED, LaunchRequest, WorkerInfo
-from pollux.runtime.local import LocalLauncher, process_start_ticks
+from pollux.runtime.local import LocalLauncher
+from pollux.runtime.processes import process_start_ticks
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -332,7 +333,7 @@ def test_workers_get_sigterm_and_checkpoint_when_the_scheduler_is_killed(jobs: J
             os.kill(pid, signal.SIGKILL)
 
 
-needs_setpriv = pytest.mark.skipif(local._setpriv() is None, reason="no setpriv with --pdeathsig on this machine")
+needs_setpriv = pytest.mark.skipif(processes._setpriv() is None, reason="no setpriv with --pdeathsig on this machine")
 
 
 def spy_on_popen(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], object]]:
@@ -365,7 +366,7 @@ def test_setpriv_arms_the_parent_death_signal_without_a_preexec_hook(
 def test_without_setpriv_a_preexec_hook_arms_the_parent_death_signal(
     jobs: Jobs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(local, "_setpriv", lambda: None)
+    monkeypatch.setattr(processes, "_setpriv", lambda: None)
     calls = spy_on_popen(monkeypatch)
     jobs.start("env", ENV_DUMP, 1)
     assert jobs.wait("env") == 0
@@ -376,7 +377,7 @@ def test_without_setpriv_a_preexec_hook_arms_the_parent_death_signal(
 
 @needs_setpriv
 def test_a_worker_whose_launcher_died_before_the_signal_was_armed_exits_at_once(tmp_path: Path) -> None:
-    argv, _ = local.die_with_parent([sys.executable, "-c", f"open({str(tmp_path / 'ran')!r}, 'w')"])
+    argv, _ = processes.die_with_parent([sys.executable, "-c", f"open({str(tmp_path / 'ran')!r}, 'w')"])
     assert argv[7] == str(os.getpid())  # `sh -c CHECK <launcher pid> command...`
     argv[7] = "1"  # as if the launcher had died and the worker had been adopted
     assert subprocess.run(argv, check=False).returncode == EXIT_STOPPED

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from pollux.cluster import Cluster  # noqa: E402
 from pollux.errors import LaunchError, UnknownJobError  # noqa: E402
 from pollux.runtime.joblog import read_merged  # noqa: E402
 from pollux.runtime.launcher import EXIT_STOPPED, LaunchRequest, WorkerInfo  # noqa: E402
-from pollux.runtime.local import process_start_ticks  # noqa: E402
+from pollux.runtime.processes import process_start_ticks  # noqa: E402
 from pollux.runtime.ray_launcher import EXIT_LOST, RayLauncher  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -203,6 +204,30 @@ def test_gpus_held_by_another_job_make_a_launch_time_out(jobs: Jobs) -> None:
     assert time.monotonic() - started >= 3  # it waited the placement timeout before giving up
     assert refused.value.transient  # the holder will end
     assert len(live_placement_groups()) == 1  # the late job's group is gone, the holder's stays
+
+
+def test_a_launch_waiting_for_gpus_does_not_block_the_other_jobs(jobs: Jobs) -> None:
+    jobs.start("holder", TERM_WAITER, (2, 0))
+    wait_for(lambda: (jobs.tmp_path / "ready-1").exists(), 30, "the holder's workers")
+    outcome: list[BaseException] = []
+
+    def launch_late() -> None:
+        try:
+            jobs.launcher.launch(jobs.request("late", ("true",), (1, 0)))
+        except LaunchError as error:
+            outcome.append(error)
+
+    late = threading.Thread(target=launch_late)
+    late.start()
+    wait_for(lambda: "late" in jobs.launcher._launching, 10, "the late launch to wait on Ray")
+    assert jobs.launcher.poll("holder") is None  # answered while the launch still waits for GPUs
+    jobs.launcher.stop("holder")
+    assert late.is_alive()  # the stop did not wait for the launch either
+    assert jobs.wait("holder") == EXIT_STOPPED
+    late.join(60)
+    assert not late.is_alive()
+    if not outcome:  # it got the GPUs the holder gave back: clean it up with the others
+        jobs.started.append("late")
 
 
 # A scheduler's Ray driver that reserved all four GPUs for job "orphan", as a killed scheduler leaves its group.
