@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import click
 import typer
 from rich.console import Console
 from rich.text import Text
@@ -30,7 +29,7 @@ class OneLineErrors(TyperGroup):
     as `error: <message>` and exits 2; anything else is a bug and keeps its traceback. Every `typer.Typer` of the
     project uses it (`cls=OneLineErrors`), so a sub-application run on its own behaves the same."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:  # typer's own (vendored) click Context
         try:
             return super().invoke(ctx)
         except PolluxError as error:

@@ -80,7 +80,7 @@ class Scheduler:
             return RoundResult(now, (), {})
         result = self.policy.optimize(jobs, cluster, now)
         names = {job.name for job in jobs}
-        allocations = {name: alloc for name, alloc in result.allocations.items() if name in names and sum(alloc)}
+        allocations = {name: alloc for name, alloc in result.allocations.items() if name in names and any(alloc)}
         validate_allocations(cluster, allocations, avoid_sharing=self.avoid_sharing)
         decisions = diff(jobs, allocations, cluster.empty())
         decisions = [

@@ -29,8 +29,10 @@ def bounds(
         accepted = f"in {'(' if low_open else '['}{_fmt(low)}, {_fmt(high)}{')' if high_open else ']'}"
     elif low is not None:
         accepted = f"{'>' if low_open else '>='} {_fmt(low)}"
-    else:
+    elif high is not None:
         accepted = f"{'<' if high_open else '<='} {_fmt(high)}"
+    else:
+        accepted = "finite"
 
     def check(param: typer.CallbackParam, value: Number | None) -> Number | None:
         if value is None:  # an optional option left out

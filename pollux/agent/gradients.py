@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import torch
 
@@ -70,10 +70,10 @@ class GradientMeter:
         return [g if d is None else g / d for g, d in zip(grads, denoms, strict=True)]
 
     @staticmethod
-    def sqr_norm(tensors: list[torch.Tensor]) -> float:
+    def sqr_norm(tensors: Sequence[torch.Tensor]) -> float:
         if not tensors:
             return 0.0
-        return float(torch.stack(torch._foreach_norm(tensors)).double().pow(2).sum())
+        return float(torch.stack(torch._foreach_norm(list(tensors))).double().pow(2).sum())
 
     def consecutive_pair(self, grads: list[torch.Tensor], grads_sqr: float, batch_size: float) -> tuple[float, float]:
         """(mean |G_small|², |G_big|²) from this step's and the previous step's gradient (big = their mean), for

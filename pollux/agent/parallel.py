@@ -132,7 +132,7 @@ class AdaptiveDataParallel(DistributedDataParallel):
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         agent = self._agent
         micro = None if agent is None else agent.tracker.micro
-        if micro is not None and torch.is_grad_enabled():
+        if agent is not None and micro is not None and torch.is_grad_enabled():
             tracker = agent.tracker
             self.require_backward_grad_sync = micro.ends_step
             tracker.forward_seen = True

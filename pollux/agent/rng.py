@@ -20,7 +20,7 @@ def capture_rng() -> dict[str, Any]:
     name, keys, pos, has_gauss, cached = np.random.get_state()  # noqa: NPY002
     return {
         "python": random.getstate(),
-        "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+        "numpy": [name, np.asarray(keys).tolist(), int(pos), int(has_gauss), float(cached)],
         "torch": torch.get_rng_state(),
     }
 

@@ -75,6 +75,7 @@ class ThroughputLog:
         self.window = int(state["window"])
         self._times, self._counts = {}, {}
         for row in state["rows"]:
-            key = tuple(int(v) for v in row["config"])
+            nodes, replicas, local_bsz, accum = (int(v) for v in row["config"])
+            key = (nodes, replicas, local_bsz, accum)
             self._times[key] = deque(((float(c), float(s)) for c, s in row["times"]), maxlen=self.window)
             self._counts[key] = int(row["count"])

@@ -19,7 +19,7 @@ from pathlib import Path
 import pooch
 import requests
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TransferSpeedColumn
 
 from pollux.data.locate import CACHE_DIR_ENV, DATA_DIR_ENV, default_cache_dir
 from pollux.data.manifest import DERIVATIONS, Manifest, ManifestEntry, load_manifest, sha256_file
@@ -35,7 +35,7 @@ class _Bytes:
     """The progress-bar object pooch's HTTPDownloader drives (`total`, `update`, `reset`, `close`), feeding one
     rich task that counts bytes over all files; sizes come from the manifest, not from content-length."""
 
-    def __init__(self, progress: Progress | None, task: int | None) -> None:
+    def __init__(self, progress: Progress | None, task: TaskID | None) -> None:
         self.progress, self.task = progress, task
         self.total = 0
         self.base = 0  # bytes of the files already done

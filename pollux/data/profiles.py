@@ -185,7 +185,7 @@ def _read_table(path: Path, columns: dict[str, Parser]) -> dict[str, list]:
 
 def _array(values: list, dtype: type) -> np.ndarray:
     """Read-only arrays: a profile is shared by every job of its model, and nobody may edit it in place."""
-    array = np.asarray(values, dtype=dtype)
+    array: np.ndarray = np.asarray(values, dtype=dtype)
     array.flags.writeable = False
     return array
 

@@ -305,7 +305,8 @@ class RayLauncher:
             for rank in range(ranks):
                 strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=rank)
                 options = {"num_cpus": 0, "max_restarts": 0, "scheduling_strategy": strategy, **gpu_options}
-                actors.append(worker_cls.options(name=f"{GROUP_PREFIX}{job}-{rank}", **options).remote())
+                actor: Any = worker_cls.options(name=f"{GROUP_PREFIX}{job}-{rank}", **options).remote()
+                actors.append(actor)
         except BaseException:
             self._kill_actors(actors)  # the ones already created: the caller only knows of a complete list
             raise
@@ -389,14 +390,14 @@ class RayLauncher:
         """Check each actor sits on its rank's node, wire the ranks like torchrun and start their commands."""
         import ray
 
-        places = ray.get([a.where.remote() for a in actors], timeout=_ACTOR_CALL_TIMEOUT_S)
+        places: list[tuple[str, str]] = ray.get([a.where.remote() for a in actors], timeout=_ACTOR_CALL_TIMEOUT_S)
         for rank, (node_id, _) in enumerate(places):
             if node_id != self._node_ids[nodes[rank]]:
                 raise LaunchError(
                     f"job {request.job}: Ray placed rank {rank} on node {node_id}, not on pool node {nodes[rank]} "
                     f"({self._node_ids[nodes[rank]]}): this Ray version ignores bundle label selectors"
                 )
-        port = ray.get(actors[0].free_port.remote(), timeout=_ACTOR_CALL_TIMEOUT_S)
+        port = int(ray.get(actors[0].free_port.remote(), timeout=_ACTOR_CALL_TIMEOUT_S))
         local_ranks = [nodes[:rank].count(node) for rank, node in enumerate(nodes)]
         refs = []
         for rank, (actor, node) in enumerate(zip(actors, nodes, strict=True)):
@@ -491,8 +492,11 @@ class RayLauncher:
         import ray
         from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError
 
-        pending = {i: group.actors[i].poll.remote() for i, c in enumerate(group.exit.codes) if c is None}
+        pending: dict[int, Any] = {
+            i: group.actors[i].poll.remote() for i, c in enumerate(group.exit.codes) if c is None
+        }
         for i, ref in pending.items():
+            code: int | None
             try:
                 code = ray.get(ref, timeout=_POLL_TIMEOUT_S)
             except (ActorUnavailableError, GetTimeoutError):
@@ -508,8 +512,11 @@ class RayLauncher:
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError
 
-        pending = {i: group.actors[i].kill.remote() for i, c in enumerate(group.exit.codes) if c is None}
+        pending: dict[int, Any] = {
+            i: group.actors[i].kill.remote() for i, c in enumerate(group.exit.codes) if c is None
+        }
         for i, ref in pending.items():
+            code: int | None
             try:
                 code = ray.get(ref, timeout=_POLL_TIMEOUT_S)
             except (RayActorError, GetTimeoutError):

@@ -19,7 +19,9 @@ from pollux.cluster import Cluster
 from pollux.console import plain_console
 from pollux.errors import DataNotFoundError, PolluxError
 from pollux.option_bounds import bounds
+from pollux.sim.jobmodel import JobModel
 from pollux.sim.run import SimConfig, SimResult
+from pollux.sim.workload import Workload
 
 DEFAULT_WORKLOAD = "workload-1"
 OFFLINE_JOBS, OFFLINE_HOURS = 160, 8.0
@@ -55,18 +57,18 @@ def resolve_inputs(
     return SimInputs(workload, location.path, False, seed), f"Job profiles and workload from {location.path}"
 
 
-def load_inputs(inputs: SimInputs):
+def load_inputs(inputs: SimInputs) -> tuple[dict[str, JobModel], Workload]:
     """(models, workload) for `inputs`; runs in each worker process."""
     if inputs.offline:
         from pollux.sim.generate import generate_workload
         from pollux.sim.parametric import load_catalog
 
-        models = load_catalog()
-        return models, generate_workload(OFFLINE_JOBS, OFFLINE_HOURS, inputs.seed, source="summary")
+        catalog: dict[str, JobModel] = dict(load_catalog())
+        return catalog, generate_workload(OFFLINE_JOBS, OFFLINE_HOURS, inputs.seed, source="summary")
     from pollux.sim.measured import load_measured_models
     from pollux.sim.workload import read_workload
 
-    models = load_measured_models(inputs.data_dir)
+    models: dict[str, JobModel] = dict(load_measured_models(inputs.data_dir))
     return models, read_workload(inputs.workload, inputs.data_dir, applications=models)
 
 

@@ -62,7 +62,8 @@ def summarize(jobs: Sequence[JobRecord], timeline: Sequence[TimelinePoint], num_
         "avg_jct_s": float(jct.mean()) if jct.size else float("nan"),
         "median_jct_s": _percentile(jct, 50),
         "p99_jct_s": _percentile(jct, 99),
-        "makespan_s": max((j.finish_s for j in finished), default=0.0) - min((j.submit_s for j in jobs), default=0.0),
+        "makespan_s": max((j.finish_s for j in finished if j.finish_s is not None), default=0.0)
+        - min((j.submit_s for j in jobs), default=0.0),
         "avg_queueing_s": float(np.mean([j.queueing_s for j in jobs])) if jobs else float("nan"),
         "avg_restarts": float(np.mean([j.restarts for j in jobs])) if jobs else float("nan"),
         "gpu_utilization": float(np.mean([p.gpus_in_use for p in busy]) / num_gpus) if busy else 0.0,

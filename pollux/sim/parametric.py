@@ -136,7 +136,8 @@ class _Entry:
         expected = "a list of [fraction of training in 0..1 (ascending), noise scale φ in examples] pairs"
         if not isinstance(rows, list) or not rows:
             self.fail("noise_scale", f"expected {expected}")
-        fractions, scales = [], []
+        fractions: list[float] = []
+        scales: list[float] = []
         for i, row in enumerate(rows):
             if not isinstance(row, list) or len(row) != 2:
                 self.fail(f"noise_scale[{i}]", f"{row!r} is not a pair; expected {expected}")
