@@ -72,7 +72,8 @@ class ServiceConfig:
 
 
 def make_runtime_policy(name: str, restart_delay_s: float = 30.0) -> Policy:
-    """The named policy, configured for real jobs (no simulator-only knowledge)."""
+    """The named policy, configured for real jobs (no simulator-only knowledge). Pollux does not discount the start
+    of a waiting job: rounds run when a job arrives or its back-off ends, where the artifact's discount is ~0."""
     cls = policy_class(name)
     if cls.decides_batch_size:
         raise SpecError(
@@ -81,7 +82,7 @@ def make_runtime_policy(name: str, restart_delay_s: float = 30.0) -> Policy:
         )
     options: dict[str, Any] = {}
     if name == "pollux":
-        options["restart_delay_s"] = restart_delay_s
+        options.update(restart_delay_s=restart_delay_s, discount_starts=False)
     if "gittins_service_samples" in cls.simulator_inputs:
         from pollux.sim.run import philly_service_samples
 

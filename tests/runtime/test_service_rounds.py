@@ -1,0 +1,171 @@
+"""When the service's rounds come and what they are given: arrivals, cancels, back-offs and stops handled in the
+next loop pass, the policy fed each job's real age and re-allocations, and what the service says and logs.
+
+The service runs on this thread (`Service.step`, one loop pass at a time) with an injected clock, on the local
+launcher with real worker processes; nothing here waits on the wall clock except for processes to start or exit.
+"""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from runtime_jobs import write_spec
+
+from pollux.runtime.local import LocalLauncher
+from pollux.runtime.service import Service, ServiceConfig
+from pollux.runtime.spec import load_spec
+
+# A job that runs until it is stopped, in one of a few ways (argv[1]); rank 0 counts its runs in `runs`:
+#   plain            SIGTERM: checkpoint and exit 143, as the agent does (`runs` is written once it handles SIGTERM)
+#   finish-on-term   SIGTERM: exit 0, as a job that finishes its last step while being stopped
+#   wait-for-marker  SIGTERM: exit 143 only once the file argv[2] exists (else SIGKILL takes it); leaves `clean`
+#   crash-first      its first run crashes at once (exit 3); later runs are plain
+IDLE_JOB = textwrap.dedent(
+    """
+    import os, pathlib, signal, sys, time
+    mode = sys.argv[1]
+    ckpt = pathlib.Path(os.environ["POLLUX_CHECKPOINT_DIR"])
+    ckpt.mkdir(parents=True, exist_ok=True)
+    runs = ckpt / "runs"
+    done = int(runs.read_text()) if runs.exists() else 0
+
+    def on_term(signum, frame):
+        if mode == "finish-on-term":
+            sys.exit(0)
+        if mode == "wait-for-marker":
+            for _ in range(600):
+                if pathlib.Path(sys.argv[2]).exists():
+                    (ckpt / "clean").write_text("ok")
+                    sys.exit(143)
+                time.sleep(0.05)
+        sys.exit(143)
+
+    signal.signal(signal.SIGTERM, on_term)
+    if os.environ.get("RANK", "0") == "0":  # ready: its SIGTERM handler is in place
+        tmp = ckpt / "runs.tmp"
+        tmp.write_text(str(done + 1))
+        tmp.replace(runs)
+    if mode == "crash-first" and done == 0:
+        sys.exit(3)
+    while True:
+        time.sleep(0.05)
+    """
+)
+
+
+class Clock:
+    """The service's clock, moved only by the test."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture()
+def jobs_dir(tmp_path: Path, counter_job: Path) -> Path:
+    (counter_job.parent / "idle.py").write_text(IDLE_JOB)
+    return counter_job.parent
+
+
+@pytest.fixture()
+def make(tmp_path: Path) -> Iterator[Callable[..., tuple[Service, Clock]]]:
+    """A service on an injected clock, stepped by the test; every one made is shut down at the end."""
+    made: list[Service] = []
+
+    def make_service(policy: str = "pollux", slots: int = 4, **options: float) -> tuple[Service, Clock]:
+        settings = {"interval_s": 3600.0, "backoff_s": 5.0, "stop_grace_s": 10.0, **options}
+        config = ServiceConfig(state_dir=tmp_path / f"state-{len(made)}", policy=policy, **settings)  # type: ignore[arg-type]
+        clock = Clock()
+        service = Service(config, LocalLauncher(slots, stop_grace_s=5.0), clock=clock)
+        service.recover()
+        made.append(service)
+        return service, clock
+
+    yield make_service
+    for service in made:
+        service.request_shutdown()
+        service.run()  # stops what still runs, closes the store
+        service.launcher.shutdown()
+
+
+def pump(service: Service, condition: Callable[[], object], what: str, timeout: float = 60.0) -> None:
+    """Run loop passes until `condition()` holds (processes need real time to start and exit)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        service.step()
+        time.sleep(0.02)
+
+
+def watch_until(service: Service, clock: Clock, condition: Callable[[], object], what: str) -> None:
+    """Settle exited groups without running rounds, until `condition()` holds."""
+    deadline = time.monotonic() + 60.0
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        service.watch(clock())
+        time.sleep(0.02)
+
+
+def passes(service: Service, count: int = 10) -> None:
+    for _ in range(count):
+        service.step()
+        time.sleep(0.02)
+
+
+def submit(service: Service, folder: Path, name: str, args: str = "", script: str = "idle.py", **fields: object):
+    path = write_spec(folder, name, args, **fields)
+    path.write_text(path.read_text().replace("python counter.py", f"python {script}"))
+    return service.submit(load_spec(path))
+
+
+def ready(service: Service, name: str) -> bool:
+    return (service.config.job_dir(name) / "checkpoints" / "runs").exists()
+
+
+def status(service: Service, name: str) -> str:
+    return service.store.job(name).status
+
+
+def gpus(service: Service, name: str) -> int:
+    return sum(service.store.job(name).allocation)
+
+
+# -- arrivals and cancels -----------------------------------------------------------------------------------------
+def test_an_arrival_starts_in_the_very_next_pass_on_an_idle_cluster(make, jobs_dir):
+    service, _ = make()
+    submit(service, jobs_dir, "new", "plain")
+    service.step()  # the arrival's round, at the job's age 0
+    assert status(service, "new") == "running"
+
+
+def test_an_arrival_on_a_full_cluster_is_given_gpus_in_the_very_next_pass(make, jobs_dir):
+    service, clock = make()
+    submit(service, jobs_dir, "old", "plain")
+    clock.now += 1.0
+    service.step()
+    assert gpus(service, "old") == 4
+    clock.now += 100.0
+    submit(service, jobs_dir, "new", "plain")
+    service.step()
+    assert status(service, "new") == "running" and 0 < gpus(service, "old") < 4
+
+
+def test_slots_a_cancel_frees_go_to_a_waiting_job_in_the_same_pass(make, jobs_dir):
+    service, clock = make()
+    submit(service, jobs_dir, "old", "plain")
+    clock.now += 1.0
+    service.step()
+    assert gpus(service, "old") == 4
+    clock.now += 100.0
+    submit(service, jobs_dir, "next", "plain")  # a user submits one job and cancels another at once
+    service.cancel("old")
+    service.step()
+    assert status(service, "old") == "cancelled" and status(service, "next") == "running"
