@@ -109,7 +109,7 @@ def job_view(
         application=spec.name,
         submit_time_s=state.submitted_at,
         allocation=allocation,
-        num_restarts=state.restarts,
+        num_restarts=state.reallocations,  # R of the re-allocation factor: crash retries and resumes are not counted
         attained_service_gpu_s=service_gpu_s,
         requested_gpus=min(spec.gpus, cluster.num_gpus),
         max_gpus=max_gpus,
@@ -296,16 +296,18 @@ class Service:
             self._next_round = min(self._next_round, time.monotonic() + min(waits))
 
     # -- transitions ------------------------------------------------------------------------------------------
-    def _settle(self, name: str, code: int, now: float, stop_reason: str = "") -> None:
+    def _settle(self, name: str, code: int, now: float, stop_reason: str = "", reallocation: bool = False) -> None:
         """The one place where a group's exit code becomes the job's next status. `stop_reason` says why the
-        scheduler stopped it (empty: nobody asked it to stop)."""
+        scheduler stopped it (empty: nobody asked it to stop); `reallocation`: a round stopped it to move or preempt
+        it, which counts as one of Pollux's re-allocations once it has checkpointed."""
         state = self.store.job(name)
         if code == 0:
             self.store.record_exit(name, "completed", now, "training script finished")
         elif state.cancel_requested:
             self.store.record_exit(name, "cancelled", now, "cancelled by the user")
         elif code == EXIT_STOPPED or stop_reason:
-            self.store.record_exit(name, "pending", now, stop_reason or "stopped by a SIGTERM from outside Pollux")
+            reason = stop_reason or "stopped by a SIGTERM from outside Pollux"
+            self.store.record_exit(name, "pending", now, reason, reallocated=reallocation)
         else:
             attempts, tail = state.attempts + 1, self._log_tail(name)
             error = f"exit {code}\n{tail}"
@@ -491,7 +493,7 @@ class _Backend:
                 if decision.kind == "resize"
                 else "preempted after checkpointing"
             )
-            service._settle(name, code, service.clock(), stop_reason=why)
+            service._settle(name, code, service.clock(), stop_reason=why, reallocation=True)
         for decision in decisions:
             if decision.kind == "stop" or num_gpus(decision.allocation) == 0:
                 continue

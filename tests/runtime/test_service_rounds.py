@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from runtime_jobs import write_spec
 
+from pollux.engine import Decision
 from pollux.runtime.local import LocalLauncher
 from pollux.runtime.service import Service, ServiceConfig
 from pollux.runtime.spec import load_spec
@@ -169,3 +170,32 @@ def test_slots_a_cancel_frees_go_to_a_waiting_job_in_the_same_pass(make, jobs_di
     service.cancel("old")
     service.step()
     assert status(service, "old") == "cancelled" and status(service, "next") == "running"
+
+
+# -- what the policy is told ---------------------------------------------------------------------------------------
+def test_the_policy_gets_real_ages_and_reallocations_and_shrinks_the_job_a_restart_costs_least(make, jobs_dir):
+    """Pollux's rule: a change of allocation scales a job's speedup by (T - R*delta) / (T + delta), T its age and R
+    the re-allocations the scheduler made (resizes, preemptions), delta = 30 s; the fittest allocation wins. A
+    crash retry is no re-allocation (the simulator, like the artifact, counts only the policy's changes)."""
+    service, clock = make()
+    backend = service.scheduler.backend
+    submit(service, jobs_dir, "veteran", "plain")
+    backend.apply([Decision("veteran", "start", (1,))], clock())
+    clock.now += 10.0
+    backend.apply([Decision("veteran", "resize", (2,))], clock())  # one re-allocation
+    clock.now += 40.0
+    submit(service, jobs_dir, "crashy", "crash-first")
+    backend.apply([Decision("crashy", "start", (2,))], clock())
+    watch_until(service, clock, lambda: service.store.job("crashy").attempts == 1, "crashy to crash")
+    clock.now += 6.0
+    backend.apply([Decision("crashy", "start", (2,))], clock())  # its retry, after the back-off
+    clock.now = 1100.0
+    submit(service, jobs_dir, "fresh", "plain")
+
+    views = {view.name: view for view in backend.job_views(clock())}
+    assert views["veteran"].age_s(clock()) == pytest.approx(100.0) and views["veteran"].num_restarts == 1
+    assert views["crashy"].age_s(clock()) == pytest.approx(50.0) and views["crashy"].num_restarts == 0
+    assert views["fresh"].age_s(clock()) == 0.0 and views["fresh"].num_restarts == 0
+    # factors: veteran (100 - 30) / 130 = 0.54, crashy 50 / 80 = 0.63: shrinking crashy costs least
+    service.step()
+    assert (gpus(service, "veteran"), gpus(service, "crashy"), gpus(service, "fresh")) == (2, 1, 1)
