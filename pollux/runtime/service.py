@@ -141,6 +141,11 @@ class _Requests:
     wake: bool = False
 
 
+def _seconds(value: float) -> str:
+    """Seconds as said to the user: 0.5, 5, 10 (what the retry will wait, to the tenth)."""
+    return f"{value:.1f}".removesuffix(".0")
+
+
 def _crash_point(point: str) -> None:
     """Crash-consistency tests set `POLLUX_TEST_CRASH_AT=<point>` to SIGKILL the scheduler exactly there."""
     if os.environ.get("POLLUX_TEST_CRASH_AT") == point:
@@ -163,7 +168,7 @@ class Service:
         self._requests = _Requests()
         self._cond = threading.Condition()
         self._stopped = threading.Event()
-        self._next_round = 0.0  # time.monotonic() of the next periodic round
+        self._next_round = 0.0  # when the next periodic round is due, on the service's clock (as back-offs are)
         self._last_views: list[JobView] = []  # what the last round showed the policy
         self.rounds = 0
 
@@ -235,14 +240,19 @@ class Service:
             cancelled = self._handle_cancels(now)
             changed = self.watch(now)
             self._read_reports(now)  # running jobs' latest reports: for `pollux ls`, and for the round below
-            if changed or cancelled or requests.wake or time.monotonic() >= self._next_round:
-                self.schedule(self.clock())
-                self._next_round = time.monotonic() + self.config.interval_s
+            now = self.clock()
+            if changed or cancelled or requests.wake or self._round_due(now):
+                self.schedule(now)
+                self._next_round = self.clock() + self.config.interval_s
             self._wake_for_retries()
         except Exception:
             LOG.exception("scheduling pass failed; the service goes on and retries")
-            self._next_round = time.monotonic() + min(self.config.interval_s, 5.0)
+            self._next_round = self.clock() + min(self.config.interval_s, 5.0)
         return True
+
+    def _round_due(self, now: float) -> bool:
+        """The periodic round is due (or the clock went back by more than an interval: never wait that out)."""
+        return now >= self._next_round or self._next_round - now > self.config.interval_s
 
     def recover(self) -> None:
         """Reap the workers of a scheduler process that died and put its jobs back in the queue."""
@@ -284,16 +294,17 @@ class Service:
                 continue
             self._read_report(state.name, now)
             self.launcher.forget(state.name)
-            self._settle(state.name, code, now)
+            self._settle(state.name, code, self.clock())  # now, not when the pass began: a back-off counts from here
             changed = True
         return changed
 
     def _wake_for_retries(self) -> None:
-        """Bring the next round forward to the earliest end of a back-off, so retries come when promised."""
+        """Bring the next round forward to the earliest end of a back-off, so retries come when promised (both on
+        the service's clock: a test that moves it sees the retry exactly at the end of its back-off)."""
         now = self.clock()
-        waits = [job.not_before - now for job in self._jobs.values() if job.not_before > now]
-        if waits:
-            self._next_round = min(self._next_round, time.monotonic() + min(waits))
+        ends = [job.not_before for job in self._jobs.values() if job.not_before > now]
+        if ends:
+            self._next_round = min(self._next_round, min(ends))
 
     # -- transitions ------------------------------------------------------------------------------------------
     def _settle(self, name: str, code: int, now: float, stop_reason: str = "", reallocation: bool = False) -> None:
@@ -319,7 +330,7 @@ class Service:
                 self._job(name).not_before = now + delay
                 reason = (
                     f"crashed (exit {code}); retry {attempts}/{self.config.max_attempts - 1} from its checkpoint "
-                    f"in {delay:.0f} s"
+                    f"in {_seconds(delay)} s"
                 )
                 self.store.record_exit(name, "pending", now, reason, error=error, crashed=True)
         LOG.info("job %s: exit %d", name, code)

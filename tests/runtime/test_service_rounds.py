@@ -199,3 +199,23 @@ def test_the_policy_gets_real_ages_and_reallocations_and_shrinks_the_job_a_resta
     # factors: veteran (100 - 30) / 130 = 0.54, crashy 50 / 80 = 0.63: shrinking crashy costs least
     service.step()
     assert (gpus(service, "veteran"), gpus(service, "crashy"), gpus(service, "fresh")) == (2, 1, 1)
+
+
+# -- crashes: when the retry comes, and what is said ---------------------------------------------------------------
+def test_a_crashed_job_is_relaunched_when_its_back_off_ends_as_said(make, jobs_dir):
+    """At the second retry the job is 91 s old with one relaunch behind it: under the artifact's rule, with the
+    retry counted as a restart and delta = 100 s, its start would be worth nothing and it would wait on."""
+    service, clock = make(backoff_s=30.0, max_attempts=3, restart_delay_s=100.0)
+    submit(service, jobs_dir, "flaky", "--steps 100000 --step-s 0.02 --crash-after 2", script="counter.py")
+    clock.now += 1.0
+    pump(service, lambda: status(service, "flaky") == "running", "the first launch")
+    for attempt, back_off in ((1, 30.0), (2, 60.0)):
+        pump(service, lambda a=attempt: service.store.job("flaky").attempts == a, f"crash {attempt}")
+        settled_at, _, said = service.store.history("flaky")[-1]
+        assert f"retry {attempt}/2" in said and f"in {back_off:.0f} s" in said
+        clock.now = settled_at + back_off - 0.1
+        service.step()
+        assert status(service, "flaky") == "pending", "relaunched before its back-off ended"
+        clock.now = settled_at + back_off
+        service.step()
+        assert status(service, "flaky") == "running", f"retry {attempt} not launched when its back-off ended"
