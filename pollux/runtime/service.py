@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pollux.agent.report import JobReport, read_report
-from pollux.cluster import Allocation, Cluster, num_gpus
+from pollux.cluster import Allocation, Cluster, free_gpus, num_gpus
 from pollux.engine import Decision, Scheduler
 from pollux.errors import LaunchError, ReportError, SpecError, UnknownJobError
 from pollux.policies.base import JobView, Policy, exploration_bound
@@ -492,7 +492,21 @@ class _Backend:
         return views
 
     def apply(self, decisions: Sequence[Decision], now: float) -> None:
+        """Carry out a round's decisions. Starts that fit on GPUs free now go first, so a job does not wait for other
+        jobs' checkpoints; then the moving jobs are stopped (they checkpoint) and relaunched, and the other starts
+        launched. A job that ended otherwise than planned while being stopped (it finished, crashed or was
+        cancelled meanwhile), or that could not be launched, leaves GPUs this round meant for it: another round
+        follows in the next loop pass."""
         service = self.service
+        held = {s.name: s.allocation for s in service.store.jobs(include_finished=False) if s.allocation}
+        free = free_gpus(self.cluster, held)
+        early = []
+        for decision in decisions:
+            if decision.kind == "start" and all(g <= f for g, f in zip(decision.allocation, free, strict=True)):
+                early.append(decision)
+                free = [f - g for f, g in zip(free, decision.allocation, strict=True)]
+        for decision in early:
+            self._start(decision)
         moving = {d.job: d for d in decisions if d.kind in ("stop", "resize")}
         codes = service._stop(list(moving)) if moving else {}
         if codes:
@@ -505,10 +519,18 @@ class _Backend:
                 else "preempted after checkpointing"
             )
             service._settle(name, code, service.clock(), stop_reason=why, reallocation=True)
+            if service.store.job(name).status != "pending":
+                service._wake()
         for decision in decisions:
-            if decision.kind == "stop" or num_gpus(decision.allocation) == 0:
-                continue
-            state = service.store.job(decision.job)
-            if state.status in FINAL or state.cancel_requested:
-                continue  # it finished, or was cancelled, while being stopped for a resize
-            service._launch(decision.job, decision.allocation, service.clock())
+            if decision not in early and decision.kind != "stop" and num_gpus(decision.allocation) > 0:
+                self._start(decision)
+
+    def _start(self, decision: Decision) -> None:
+        """Launch a job at its new allocation, unless it finished or was cancelled while others were stopped."""
+        service = self.service
+        state = service.store.job(decision.job)
+        if state.status in FINAL or state.cancel_requested:
+            return
+        service._launch(decision.job, decision.allocation, service.clock())
+        if service.store.job(decision.job).status != "running":
+            service._wake()

@@ -21,7 +21,7 @@ from pollux.runtime.service import Service, ServiceConfig
 from pollux.runtime.spec import load_spec
 
 # A job that runs until it is stopped, in one of a few ways (argv[1]); rank 0 counts its runs in `runs`:
-#   plain            SIGTERM: checkpoint and exit 143, as the agent does (`runs` is written once it handles SIGTERM)
+#   plain            SIGTERM: checkpoint and exit 143, as the agent does (`ready-<rank>`: it handles SIGTERM now)
 #   finish-on-term   SIGTERM: exit 0, as a job that finishes its last step while being stopped
 #   wait-for-marker  SIGTERM: exit 143 only once the file argv[2] exists (else SIGKILL takes it); leaves `clean`
 #   crash-first      its first run crashes at once (exit 3); later runs are plain
@@ -46,7 +46,9 @@ IDLE_JOB = textwrap.dedent(
         sys.exit(143)
 
     signal.signal(signal.SIGTERM, on_term)
-    if os.environ.get("RANK", "0") == "0":  # ready: its SIGTERM handler is in place
+    rank = os.environ.get("RANK", "0")
+    (ckpt / f"ready-{rank}").write_text("")  # its SIGTERM handler is in place
+    if rank == "0":
         tmp = ckpt / "runs.tmp"
         tmp.write_text(str(done + 1))
         tmp.replace(runs)
@@ -127,8 +129,9 @@ def submit(service: Service, folder: Path, name: str, args: str = "", script: st
     return service.submit(load_spec(path))
 
 
-def ready(service: Service, name: str) -> bool:
-    return (service.config.job_dir(name) / "checkpoints" / "runs").exists()
+def ready(service: Service, name: str, ranks: int = 1) -> bool:
+    folder = service.config.job_dir(name) / "checkpoints"
+    return all((folder / f"ready-{rank}").exists() for rank in range(ranks))
 
 
 def status(service: Service, name: str) -> str:
@@ -170,6 +173,32 @@ def test_slots_a_cancel_frees_go_to_a_waiting_job_in_the_same_pass(make, jobs_di
     service.cancel("old")
     service.step()
     assert status(service, "old") == "cancelled" and status(service, "next") == "running"
+
+
+def test_a_job_that_finishes_while_being_stopped_frees_its_slots_for_the_next_pass(make, jobs_dir):
+    service, clock = make(policy="fifo")
+    submit(service, jobs_dir, "ender", "finish-on-term", gpus=2)
+    submit(service, jobs_dir, "waiter", "plain", gpus=4)
+    pump(service, lambda: ready(service, "ender", ranks=2), "ender to start")
+    assert status(service, "waiter") == "pending"  # FIFO: 4 GPUs are not free
+    clock.now += 10.0
+    service.scheduler.backend.apply([Decision("ender", "resize", (1,))], clock())  # a round shrinks it; it ends
+    assert status(service, "ender") == "completed"
+    service.step()
+    assert status(service, "waiter") == "running"
+
+
+def test_a_start_on_free_slots_does_not_wait_for_another_jobs_checkpoint(make, jobs_dir):
+    service, clock = make(policy="fifo", stop_grace_s=3.0)
+    marker = service.config.job_dir("new") / "checkpoints" / "runs"  # written by the new job as it starts
+    submit(service, jobs_dir, "slow", f"wait-for-marker {marker}", gpus=2)
+    pump(service, lambda: ready(service, "slow", ranks=2), "slow to start")
+    submit(service, jobs_dir, "new", "plain")
+    clock.now += 10.0
+    # a round that shrinks `slow` and starts `new` on a slot that is free already
+    service.scheduler.backend.apply([Decision("slow", "resize", (1,)), Decision("new", "start", (1,))], clock())
+    assert status(service, "new") == "running" and gpus(service, "slow") == 1
+    assert (service.config.job_dir("slow") / "checkpoints" / "clean").exists(), "slow was killed, not checkpointed"
 
 
 # -- what the policy is told ---------------------------------------------------------------------------------------
