@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pollux.agent.checkpoint import NAME as CHECKPOINT_FILE
 from pollux.agent.report import JobReport, read_report
 from pollux.cluster import Allocation, Cluster, free_gpus, num_gpus
 from pollux.engine import Decision, Scheduler
@@ -328,12 +329,22 @@ class Service:
             else:
                 delay = self._backoff(attempts)
                 self._job(name).not_before = now + delay
+                where = "from its checkpoint" if self._has_checkpoint(state) else "from the start"
                 reason = (
-                    f"crashed (exit {code}); retry {attempts}/{self.config.max_attempts - 1} from its checkpoint "
+                    f"crashed (exit {code}); retry {attempts}/{self.config.max_attempts - 1} {where} "
                     f"in {_seconds(delay)} s"
                 )
                 self.store.record_exit(name, "pending", now, reason, error=error, crashed=True)
         LOG.info("job %s: exit %d", name, code)
+
+    def _has_checkpoint(self, state: JobState) -> bool:
+        """Whether the agent saved a checkpoint (`ckpt-<seq>.plx`) in the folder the job is launched with."""
+        spec = JobSpec.from_json_dict(state.spec)
+        folder = spec.checkpoint_dir or self.config.job_dir(state.name) / "checkpoints"
+        try:
+            return any(CHECKPOINT_FILE.match(entry.name) for entry in folder.iterdir())
+        except OSError:  # no folder yet: it never saved one
+            return False
 
     def _backoff(self, attempts: int) -> float:
         return self.config.backoff_s * 2.0 ** max(attempts - 1, 0)

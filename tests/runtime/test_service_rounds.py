@@ -248,3 +248,15 @@ def test_a_crashed_job_is_relaunched_when_its_back_off_ends_as_said(make, jobs_d
         clock.now = settled_at + back_off
         service.step()
         assert status(service, "flaky") == "running", f"retry {attempt} not launched when its back-off ended"
+
+
+def test_a_retry_says_from_its_checkpoint_only_when_the_job_has_one(make, jobs_dir, tmp_path):
+    service, _ = make(policy="fifo", backoff_s=60.0)
+    saved = tmp_path / "saved-ckpt"
+    saved.mkdir()
+    (saved / "ckpt-00000007.plx").write_bytes(b"PLXCKPT1")
+    submit(service, jobs_dir, "fresh", "--steps 100 --crash-after 1", script="counter.py")
+    submit(service, jobs_dir, "saved", "--steps 100 --crash-after 1", script="counter.py", checkpoint_dir=str(saved))
+    pump(service, lambda: all(service.store.job(n).attempts == 1 for n in ("fresh", "saved")), "both to crash")
+    assert "retry 1/2 from the start in 60 s" in service.store.history("fresh")[-1][2]
+    assert "retry 1/2 from its checkpoint in 60 s" in service.store.history("saved")[-1][2]
