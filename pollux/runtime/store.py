@@ -191,7 +191,8 @@ class StateStore:
     ) -> None:
         """A worker group is gone (or never started): the job holds no GPUs and no workers and moves to `status`;
         `crashed` counts one more crashed attempt, `reallocated` one more re-allocation (a round stopped it to move
-        or preempt it). One transaction; a finished job never changes again."""
+        or preempt it). A completed job keeps no error of an earlier attempt (its history still tells of the
+        crash). One transaction; a finished job never changes again."""
         if status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
         with self.transaction() as db:
@@ -201,9 +202,9 @@ class StateStore:
             db.execute("DELETE FROM workers WHERE job = ?", (name,))
             db.execute(
                 "UPDATE jobs SET status = ?, allocation = '[]', updated_at = ?, "
-                "last_error = COALESCE(?, last_error), attempts = attempts + ?, reallocations = reallocations + ? "
-                "WHERE name = ?",
-                (status, now, error, int(crashed), int(reallocated), name),
+                "last_error = CASE WHEN ? = 'completed' THEN NULL ELSE COALESCE(?, last_error) END, "
+                "attempts = attempts + ?, reallocations = reallocations + ? WHERE name = ?",
+                (status, now, status, error, int(crashed), int(reallocated), name),
             )
             db.execute("INSERT INTO status_history VALUES (?, ?, ?, ?)", (name, now, status, reason))
             self._event(db, now, name, "allocation", {"allocation": [], "restart": False})

@@ -260,3 +260,14 @@ def test_a_retry_says_from_its_checkpoint_only_when_the_job_has_one(make, jobs_d
     pump(service, lambda: all(service.store.job(n).attempts == 1 for n in ("fresh", "saved")), "both to crash")
     assert "retry 1/2 from the start in 60 s" in service.store.history("fresh")[-1][2]
     assert "retry 1/2 from its checkpoint in 60 s" in service.store.history("saved")[-1][2]
+
+
+def test_a_job_that_completes_after_a_crash_shows_no_stale_error(make, jobs_dir):
+    service, clock = make(policy="fifo", backoff_s=0.5)
+    submit(service, jobs_dir, "bumpy", "--steps 5 --step-s 0.02 --crash-after 3", script="counter.py")
+    pump(service, lambda: service.store.job("bumpy").attempts == 1, "the crash")
+    assert "exit 3" in (service.store.job("bumpy").last_error or "")
+    clock.now += 1.0
+    pump(service, lambda: status(service, "bumpy") == "completed", "completion")
+    assert service.store.job("bumpy").last_error is None
+    assert any("crashed (exit 3)" in reason for _, _, reason in service.store.history("bumpy"))
