@@ -128,10 +128,11 @@ def job_view(
 class _JobLoopState:
     """What the loop thread knows about a job beyond the store (rebuilt after a restart)."""
 
-    not_before: float = 0.0  # back-off after a crash or a failed launch: not relaunched before this (wall clock)
+    not_before: float = 0.0  # back-off after a crash or a failed launch: not relaunched before this (service clock)
     report_mtime: float = 0.0
     report: JobReport | None = None
     reason: str = ""  # why it waits, from the last round
+    relaunch: str = "resume"  # what its next launch is, for the log: a retry after a crash, a re-allocation, ...
 
 
 @dataclass
@@ -145,6 +146,12 @@ class _Requests:
 def _seconds(value: float) -> str:
     """Seconds as said to the user: 0.5, 5, 10 (what the retry will wait, to the tenth)."""
     return f"{value:.1f}".removesuffix(".0")
+
+
+def _describe(decision: Decision, held: Allocation) -> str:
+    """One decision of a round, for the log: `resize digits 1 -> 2 GPU(s) on (2,)`."""
+    change = f"{decision.kind} {decision.job} {num_gpus(held)} -> {num_gpus(decision.allocation)} GPU(s)"
+    return change if decision.kind == "stop" else f"{change} on {decision.allocation}"
 
 
 def _crash_point(point: str) -> None:
@@ -276,6 +283,10 @@ class Service:
         """One round of the policy (on the reports `step` just read); `_Backend.apply` carries out its decisions."""
         result = self.scheduler.step(now)
         self.rounds += 1
+        if result.decisions:
+            held = {view.name: view.allocation for view in self._last_views}
+            changes = "; ".join(_describe(decision, held[decision.job]) for decision in result.decisions)
+            LOG.info("round %d: %s", self.rounds, changes)
         for view in self._last_views:
             self._job(view.name).reason = result.reasons.get(view.name, "")
 
@@ -320,6 +331,7 @@ class Service:
         elif code == EXIT_STOPPED or stop_reason:
             reason = stop_reason or "stopped by a SIGTERM from outside Pollux"
             self.store.record_exit(name, "pending", now, reason, reallocated=reallocation)
+            self._job(name).relaunch = "re-allocation" if reallocation else "resume"
         else:
             attempts, tail = state.attempts + 1, self._log_tail(name)
             error = f"exit {code}\n{tail}"
@@ -329,6 +341,7 @@ class Service:
             else:
                 delay = self._backoff(attempts)
                 self._job(name).not_before = now + delay
+                self._job(name).relaunch = "retry after a crash"
                 where = "from its checkpoint" if self._has_checkpoint(state) else "from the start"
                 reason = (
                     f"crashed (exit {code}); retry {attempts}/{self.config.max_attempts - 1} {where} "
@@ -543,5 +556,15 @@ class _Backend:
         if state.status in FINAL or state.cancel_requested:
             return
         service._launch(decision.job, decision.allocation, service.clock())
-        if service.store.job(decision.job).status != "running":
+        state = service.store.job(decision.job)
+        if state.status != "running":
             service._wake()
+            return
+        LOG.info(
+            "job %s: launched %d worker(s) on %s, attempt %d, %s",
+            state.name,
+            num_gpus(state.allocation),
+            state.allocation,
+            state.attempts + 1,
+            f"restart {state.restarts} ({service._job(state.name).relaunch})" if state.restarts else "first start",
+        )

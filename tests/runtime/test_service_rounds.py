@@ -7,6 +7,7 @@ launcher with real worker processes; nothing here waits on the wall clock except
 
 from __future__ import annotations
 
+import logging
 import textwrap
 import time
 from collections.abc import Callable, Iterator
@@ -271,3 +272,18 @@ def test_a_job_that_completes_after_a_crash_shows_no_stale_error(make, jobs_dir)
     pump(service, lambda: status(service, "bumpy") == "completed", "completion")
     assert service.store.job("bumpy").last_error is None
     assert any("crashed (exit 3)" in reason for _, _, reason in service.store.history("bumpy"))
+
+
+def test_the_scheduler_log_has_every_launch_and_every_rounds_decisions(make, jobs_dir, caplog):
+    caplog.set_level(logging.INFO, logger="pollux.runtime")
+    service, clock = make(policy="fifo", backoff_s=0.5)
+    submit(service, jobs_dir, "logged", "crash-first", gpus=2)
+    pump(service, lambda: service.store.job("logged").attempts == 1, "the crash")
+    clock.now += 1.0
+    pump(service, lambda: status(service, "logged") == "running", "the retry")
+    lines = [record.getMessage() for record in caplog.records if record.name == "pollux.runtime"]
+    assert any("start logged 0 -> 2 GPU(s)" in line for line in lines), lines
+    launches = [line for line in lines if line.startswith("job logged: launched")]
+    assert len(launches) == 2, lines
+    assert "2 worker(s) on (2,)" in launches[0] and "attempt 1" in launches[0] and "first start" in launches[0]
+    assert "attempt 2" in launches[1] and "restart 1 (retry after a crash)" in launches[1]
