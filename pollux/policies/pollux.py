@@ -23,6 +23,12 @@ interference avoidance couple the jobs. The search exploits that (the artifact u
    run from step 4's allocation and from everyone's current one, the fitter kept. It finds what the count-first
    steps cannot (a distributed job's remainder moved into a smaller hole so a whole node frees up).
 
+The artifact applies REALLOC to every change, a waiting job's start included, and so does the simulator, for
+fidelity with the published results. A service that runs a round the moment a job arrives or its crash back-off
+ends values a waiting job's start undiscounted (`discount_starts=False`, the runtime's setting): at those moments
+the artifact's factor is ≈ 0 (T ≈ 0 at an arrival; T < R·δ after early restarts), so the job would wait while GPUs
+idle, for no gain: it pays the restart delay whenever it starts, and waiting saves none of it.
+
 Everything is deterministic for the same inputs; nothing is random.
 """
 
@@ -103,12 +109,20 @@ class PolluxPolicy(Policy):
     name: ClassVar[str] = "pollux"
     adapts_batch_size: ClassVar[bool] = True
 
-    def __init__(self, p: float = -1.0, restart_delay_s: float = 30.0, avoid_interference: bool = True) -> None:
+    def __init__(
+        self,
+        p: float = -1.0,
+        restart_delay_s: float = 30.0,
+        avoid_interference: bool = True,
+        discount_starts: bool = True,
+    ) -> None:
         """`p`: power-mean exponent (−1 fair, 1 throughput); `restart_delay_s`: δ of the re-allocation factor;
-        `avoid_interference`: never place two distributed jobs on one node."""
+        `avoid_interference`: never place two distributed jobs on one node; `discount_starts`: apply the
+        re-allocation factor to starting a job that holds no GPUs too, as the artifact does (module docstring)."""
         self.p = float(p)
         self.restart_delay_s = float(restart_delay_s)
         self.avoid_interference = avoid_interference
+        self.discount_starts = discount_starts
 
     # -- fitness ---------------------------------------------------------------------------------------------
     def utility(self, scaled_speedup: np.ndarray | float) -> np.ndarray:
@@ -126,6 +140,10 @@ class PolluxPolicy(Policy):
         return (mean * np.sign(self.p)) ** (1.0 / self.p)
 
     def realloc_factor(self, job: JobView, now: float) -> float:
+        """What a change of allocation leaves of the job's speedup: (T − R·δ)/(T + δ), or 1 for starting a job that
+        holds no GPUs when starts are not discounted."""
+        if not self.discount_starts and sum(job.allocation) == 0:
+            return 1.0
         age = job.age_s(now)
         if age + self.restart_delay_s <= 0:
             return 1.0  # no restart cost and no age: nothing to weigh

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pollux.agent.checkpoint import NAME as CHECKPOINT_FILE
 from pollux.agent.report import JobReport, read_report
-from pollux.cluster import Allocation, Cluster, num_gpus
+from pollux.cluster import Allocation, Cluster, free_gpus, num_gpus
 from pollux.engine import Decision, Scheduler
 from pollux.errors import LaunchError, ReportError, SpecError, UnknownJobError
 from pollux.policies.base import JobView, Policy, exploration_bound
@@ -75,7 +76,8 @@ class ServiceConfig:
 
 
 def make_runtime_policy(name: str, restart_delay_s: float = 30.0) -> Policy:
-    """The named policy, configured for real jobs (no simulator-only knowledge)."""
+    """The named policy, configured for real jobs (no simulator-only knowledge). Pollux does not discount the start
+    of a waiting job: rounds run when a job arrives or its back-off ends, where the artifact's discount is ~0."""
     cls = policy_class(name)
     if cls.decides_batch_size:
         raise SpecError(
@@ -84,7 +86,7 @@ def make_runtime_policy(name: str, restart_delay_s: float = 30.0) -> Policy:
         )
     options: dict[str, Any] = {}
     if name == "pollux":
-        options["restart_delay_s"] = restart_delay_s
+        options.update(restart_delay_s=restart_delay_s, discount_starts=False)
     if "gittins_service_samples" in cls.simulator_inputs:
         from pollux.sim.run import philly_service_samples
 
@@ -111,7 +113,7 @@ def job_view(
         application=spec.name,
         submit_time_s=state.submitted_at,
         allocation=allocation,
-        num_restarts=state.restarts,
+        num_restarts=state.reallocations,  # R of the re-allocation factor: crash retries and resumes are not counted
         attained_service_gpu_s=service_gpu_s,
         requested_gpus=min(spec.gpus, cluster.num_gpus),
         max_gpus=max_gpus,
@@ -135,10 +137,11 @@ def _interval_env(job_s: float | None, config: ServiceConfig) -> str:
 class _JobLoopState:
     """What the loop thread knows about a job beyond the store (rebuilt after a restart)."""
 
-    not_before: float = 0.0  # back-off after a crash or a failed launch: not relaunched before this (wall clock)
+    not_before: float = 0.0  # back-off after a crash or a failed launch: not relaunched before this (service clock)
     report_mtime: float = 0.0
     report: JobReport | None = None
     reason: str = ""  # why it waits, from the last round
+    relaunch: str = "resume"  # what its next launch is, for the log: a retry after a crash, a re-allocation, ...
 
 
 @dataclass
@@ -147,6 +150,17 @@ class _Requests:
 
     shutdown: bool = False
     wake: bool = False
+
+
+def _seconds(value: float) -> str:
+    """Seconds as said to the user: 0.5, 5, 10 (what the retry will wait, to the tenth)."""
+    return f"{value:.1f}".removesuffix(".0")
+
+
+def _describe(decision: Decision, held: Allocation) -> str:
+    """One decision of a round, for the log: `resize digits 1 -> 2 GPU(s) on (2,)`."""
+    change = f"{decision.kind} {decision.job} {num_gpus(held)} -> {num_gpus(decision.allocation)} GPU(s)"
+    return change if decision.kind == "stop" else f"{change} on {decision.allocation}"
 
 
 def _crash_point(point: str) -> None:
@@ -171,7 +185,7 @@ class Service:
         self._requests = _Requests()
         self._cond = threading.Condition()
         self._stopped = threading.Event()
-        self._next_round = 0.0  # time.monotonic() of the next periodic round
+        self._next_round = 0.0  # when the next periodic round is due, on the service's clock (as back-offs are)
         self._last_views: list[JobView] = []  # what the last round showed the policy
         self.rounds = 0
 
@@ -243,14 +257,19 @@ class Service:
             cancelled = self._handle_cancels(now)
             changed = self.watch(now)
             self._read_reports(now)  # running jobs' latest reports: for `pollux ls`, and for the round below
-            if changed or cancelled or requests.wake or time.monotonic() >= self._next_round:
-                self.schedule(self.clock())
-                self._next_round = time.monotonic() + self.config.interval_s
+            now = self.clock()
+            if changed or cancelled or requests.wake or self._round_due(now):
+                self.schedule(now)
+                self._next_round = self.clock() + self.config.interval_s
             self._wake_for_retries()
         except Exception:
             LOG.exception("scheduling pass failed; the service goes on and retries")
-            self._next_round = time.monotonic() + min(self.config.interval_s, 5.0)
+            self._next_round = self.clock() + min(self.config.interval_s, 5.0)
         return True
+
+    def _round_due(self, now: float) -> bool:
+        """The periodic round is due (or the clock went back by more than an interval: never wait that out)."""
+        return now >= self._next_round or self._next_round - now > self.config.interval_s
 
     def recover(self) -> None:
         """Reap the workers of a scheduler process that died and put its jobs back in the queue."""
@@ -273,6 +292,10 @@ class Service:
         """One round of the policy (on the reports `step` just read); `_Backend.apply` carries out its decisions."""
         result = self.scheduler.step(now)
         self.rounds += 1
+        if result.decisions:
+            held = {view.name: view.allocation for view in self._last_views}
+            changes = "; ".join(_describe(decision, held[decision.job]) for decision in result.decisions)
+            LOG.info("round %d: %s", self.rounds, changes)
         for view in self._last_views:
             self._job(view.name).reason = result.reasons.get(view.name, "")
 
@@ -292,28 +315,32 @@ class Service:
                 continue
             self._read_report(state.name, now)
             self.launcher.forget(state.name)
-            self._settle(state.name, code, now)
+            self._settle(state.name, code, self.clock())  # now, not when the pass began: a back-off counts from here
             changed = True
         return changed
 
     def _wake_for_retries(self) -> None:
-        """Bring the next round forward to the earliest end of a back-off, so retries come when promised."""
+        """Bring the next round forward to the earliest end of a back-off, so retries come when promised (both on
+        the service's clock: a test that moves it sees the retry exactly at the end of its back-off)."""
         now = self.clock()
-        waits = [job.not_before - now for job in self._jobs.values() if job.not_before > now]
-        if waits:
-            self._next_round = min(self._next_round, time.monotonic() + min(waits))
+        ends = [job.not_before for job in self._jobs.values() if job.not_before > now]
+        if ends:
+            self._next_round = min(self._next_round, min(ends))
 
     # -- transitions ------------------------------------------------------------------------------------------
-    def _settle(self, name: str, code: int, now: float, stop_reason: str = "") -> None:
+    def _settle(self, name: str, code: int, now: float, stop_reason: str = "", reallocation: bool = False) -> None:
         """The one place where a group's exit code becomes the job's next status. `stop_reason` says why the
-        scheduler stopped it (empty: nobody asked it to stop)."""
+        scheduler stopped it (empty: nobody asked it to stop); `reallocation`: a round stopped it to move or preempt
+        it, which counts as one of Pollux's re-allocations once it has checkpointed."""
         state = self.store.job(name)
         if code == 0:
             self.store.record_exit(name, "completed", now, "training script finished")
         elif state.cancel_requested:
             self.store.record_exit(name, "cancelled", now, "cancelled by the user")
         elif code == EXIT_STOPPED or stop_reason:
-            self.store.record_exit(name, "pending", now, stop_reason or "stopped by a SIGTERM from outside Pollux")
+            reason = stop_reason or "stopped by a SIGTERM from outside Pollux"
+            self.store.record_exit(name, "pending", now, reason, reallocated=reallocation)
+            self._job(name).relaunch = "re-allocation" if reallocation else "resume"
         else:
             attempts, tail = state.attempts + 1, self._log_tail(name)
             error = f"exit {code}\n{tail}"
@@ -323,12 +350,23 @@ class Service:
             else:
                 delay = self._backoff(attempts)
                 self._job(name).not_before = now + delay
+                self._job(name).relaunch = "retry after a crash"
+                where = "from its checkpoint" if self._has_checkpoint(state) else "from the start"
                 reason = (
-                    f"crashed (exit {code}); retry {attempts}/{self.config.max_attempts - 1} from its checkpoint "
-                    f"in {delay:.0f} s"
+                    f"crashed (exit {code}); retry {attempts}/{self.config.max_attempts - 1} {where} "
+                    f"in {_seconds(delay)} s"
                 )
                 self.store.record_exit(name, "pending", now, reason, error=error, crashed=True)
         LOG.info("job %s: exit %d", name, code)
+
+    def _has_checkpoint(self, state: JobState) -> bool:
+        """Whether the agent saved a checkpoint (`ckpt-<seq>.plx`) in the folder the job is launched with."""
+        spec = JobSpec.from_json_dict(state.spec)
+        folder = spec.checkpoint_dir or self.config.job_dir(state.name) / "checkpoints"
+        try:
+            return any(CHECKPOINT_FILE.match(entry.name) for entry in folder.iterdir())
+        except OSError:  # no folder yet: it never saved one
+            return False
 
     def _backoff(self, attempts: int) -> float:
         return self.config.backoff_s * 2.0 ** max(attempts - 1, 0)
@@ -484,7 +522,21 @@ class _Backend:
         return views
 
     def apply(self, decisions: Sequence[Decision], now: float) -> None:
+        """Carry out a round's decisions. Starts that fit on GPUs free now go first, so a job does not wait for other
+        jobs' checkpoints; then the moving jobs are stopped (they checkpoint) and relaunched, and the other starts
+        launched. A job that ended otherwise than planned while being stopped (it finished, crashed or was
+        cancelled meanwhile), or that could not be launched, leaves GPUs this round meant for it: another round
+        follows in the next loop pass."""
         service = self.service
+        held = {s.name: s.allocation for s in service.store.jobs(include_finished=False) if s.allocation}
+        free = free_gpus(self.cluster, held)
+        early = []
+        for decision in decisions:
+            if decision.kind == "start" and all(g <= f for g, f in zip(decision.allocation, free, strict=True)):
+                early.append(decision)
+                free = [f - g for f, g in zip(free, decision.allocation, strict=True)]
+        for decision in early:
+            self._start(decision)
         moving = {d.job: d for d in decisions if d.kind in ("stop", "resize")}
         codes = service._stop(list(moving)) if moving else {}
         if codes:
@@ -496,11 +548,29 @@ class _Backend:
                 if decision.kind == "resize"
                 else "preempted after checkpointing"
             )
-            service._settle(name, code, service.clock(), stop_reason=why)
+            service._settle(name, code, service.clock(), stop_reason=why, reallocation=True)
+            if service.store.job(name).status != "pending":
+                service._wake()
         for decision in decisions:
-            if decision.kind == "stop" or num_gpus(decision.allocation) == 0:
-                continue
-            state = service.store.job(decision.job)
-            if state.status in FINAL or state.cancel_requested:
-                continue  # it finished, or was cancelled, while being stopped for a resize
-            service._launch(decision.job, decision.allocation, service.clock())
+            if decision not in early and decision.kind != "stop" and num_gpus(decision.allocation) > 0:
+                self._start(decision)
+
+    def _start(self, decision: Decision) -> None:
+        """Launch a job at its new allocation, unless it finished or was cancelled while others were stopped."""
+        service = self.service
+        state = service.store.job(decision.job)
+        if state.status in FINAL or state.cancel_requested:
+            return
+        service._launch(decision.job, decision.allocation, service.clock())
+        state = service.store.job(decision.job)
+        if state.status != "running":
+            service._wake()
+            return
+        LOG.info(
+            "job %s: launched %d worker(s) on %s, attempt %d, %s",
+            state.name,
+            num_gpus(state.allocation),
+            state.allocation,
+            state.attempts + 1,
+            f"restart {state.restarts} ({service._job(state.name).relaunch})" if state.restarts else "first start",
+        )

@@ -30,6 +30,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     updated_at REAL NOT NULL,
     allocation TEXT NOT NULL DEFAULT '[]',
     restarts INTEGER NOT NULL DEFAULT 0,
+    reallocations INTEGER NOT NULL DEFAULT 0,
     attempts INTEGER NOT NULL DEFAULT 0,
     cancel_requested INTEGER NOT NULL DEFAULT 0,
     last_error TEXT
@@ -74,7 +75,8 @@ class JobState:
     submitted_at: float
     updated_at: float
     allocation: tuple[int, ...]
-    restarts: int
+    restarts: int  # launches after the first, whatever the cause
+    reallocations: int  # allocation changes a round made (resizes, preemptions): Pollux's R, as the simulator counts
     attempts: int  # crashed launches so far (the retry limit counts these)
     cancel_requested: bool  # a user cancelled it; the scheduler has not yet stopped it
     last_error: str | None
@@ -97,6 +99,9 @@ class StateStore:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(SCHEMA)
+        columns = {row["name"] for row in self._db.execute("PRAGMA table_info(jobs)")}
+        if "reallocations" not in columns:  # a database of an earlier version
+            self._db.execute("ALTER TABLE jobs ADD COLUMN reallocations INTEGER NOT NULL DEFAULT 0")
 
     def close(self) -> None:
         with self._lock:
@@ -175,10 +180,19 @@ class StateStore:
             self._event(db, now, name, "allocation", {"allocation": list(allocation), "restart": restart})
 
     def record_exit(
-        self, name: str, status: str, now: float, reason: str, error: str | None = None, crashed: bool = False
+        self,
+        name: str,
+        status: str,
+        now: float,
+        reason: str,
+        error: str | None = None,
+        crashed: bool = False,
+        reallocated: bool = False,
     ) -> None:
         """A worker group is gone (or never started): the job holds no GPUs and no workers and moves to `status`;
-        `crashed` counts one more crashed attempt. One transaction; a finished job never changes again."""
+        `crashed` counts one more crashed attempt, `reallocated` one more re-allocation (a round stopped it to move
+        or preempt it). A completed job keeps no error of an earlier attempt (its history still tells of the
+        crash). One transaction; a finished job never changes again."""
         if status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
         with self.transaction() as db:
@@ -187,9 +201,10 @@ class StateStore:
                 raise SpecError(f"job {name!r} is already {current}; it cannot become {status}")
             db.execute("DELETE FROM workers WHERE job = ?", (name,))
             db.execute(
-                "UPDATE jobs SET status = ?, allocation = '[]', updated_at = ?, last_error = COALESCE(?, last_error), "
-                "attempts = attempts + ? WHERE name = ?",
-                (status, now, error, int(crashed), name),
+                "UPDATE jobs SET status = ?, allocation = '[]', updated_at = ?, "
+                "last_error = CASE WHEN ? = 'completed' THEN NULL ELSE COALESCE(?, last_error) END, "
+                "attempts = attempts + ?, reallocations = reallocations + ? WHERE name = ?",
+                (status, now, status, error, int(crashed), int(reallocated), name),
             )
             db.execute("INSERT INTO status_history VALUES (?, ?, ?, ?)", (name, now, status, reason))
             self._event(db, now, name, "allocation", {"allocation": [], "restart": False})
@@ -268,6 +283,7 @@ class StateStore:
             updated_at=row["updated_at"],
             allocation=tuple(json.loads(row["allocation"])),
             restarts=row["restarts"],
+            reallocations=row["reallocations"],
             attempts=row["attempts"],
             cancel_requested=bool(row["cancel_requested"]),
             last_error=row["last_error"],

@@ -115,3 +115,23 @@ def test_kill_9_in_the_middle_of_a_transaction_keeps_the_last_committed_state(tm
     assert [j.name for j in store.jobs()] == ["kept"]
     assert store.job("kept").status == "pending"
     assert sqlite3.connect(path).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_a_database_of_an_earlier_version_gains_the_reallocation_count(tmp_path):
+    path = tmp_path / "state.db"
+    old = sqlite3.connect(path)
+    old.executescript(
+        "CREATE TABLE jobs (name TEXT PRIMARY KEY, spec TEXT NOT NULL, status TEXT NOT NULL,"
+        " submitted_at REAL NOT NULL, updated_at REAL NOT NULL, allocation TEXT NOT NULL DEFAULT '[]',"
+        " restarts INTEGER NOT NULL DEFAULT 0, attempts INTEGER NOT NULL DEFAULT 0,"
+        " cancel_requested INTEGER NOT NULL DEFAULT 0, last_error TEXT);"
+    )
+    old.close()
+    store = StateStore(path)
+    store.add_job(spec("a"), now=0.0)
+    store.record_launch("a", (1,), [], now=1.0, restart=False)
+    store.record_exit("a", "pending", now=2.0, reason="crashed", error="exit 3", crashed=True)
+    store.record_launch("a", (1,), [], now=3.0, restart=True)
+    store.record_exit("a", "pending", now=4.0, reason="checkpointed to move to 2 GPU(s)", reallocated=True)
+    state = store.job("a")
+    assert (state.restarts, state.reallocations, state.attempts) == (1, 1, 1)
