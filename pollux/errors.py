@@ -70,6 +70,10 @@ class LaunchError(PolluxError):
         self.transient = transient
 
 
+class TransitionError(SpecError):
+    """A job cannot take this step in its status (e.g. a finished job launched again); names both."""
+
+
 class ServiceError(PolluxError):
     """The scheduler service is unreachable, refused a request, or is already running; the message says why."""
 

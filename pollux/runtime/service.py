@@ -39,7 +39,8 @@ from pollux.policies.registry import policy_class
 from pollux.runtime import joblog
 from pollux.runtime.launcher import EXIT_STOPPED, Launcher, LaunchRequest
 from pollux.runtime.spec import JobSpec
-from pollux.runtime.store import FINAL, JobState, StateStore
+from pollux.runtime.status import FINAL, JobEvent
+from pollux.runtime.store import JobState, StateStore
 
 LOG = logging.getLogger("pollux.runtime")
 LOG_TAIL_LINES = 20
@@ -278,10 +279,13 @@ class Service:
         alive = self.launcher.reap(stray) if stray else 0
         for state in self.store.jobs(include_finished=False):
             if state.cancel_requested:
-                self.store.record_exit(state.name, "cancelled", now, "cancelled by the user")
+                self.store.record_exit(state.name, JobEvent.CANCELLED, now, "cancelled by the user")
             elif state.status == "running":
                 self.store.record_exit(
-                    state.name, "pending", now, f"scheduler restarted; {alive} stray worker(s) stopped; resumes"
+                    state.name,
+                    JobEvent.CHECKPOINTED,
+                    now,
+                    f"scheduler restarted; {alive} stray worker(s) stopped; resumes",
                 )
             elif state.attempts:  # a crashed job keeps its back-off across restarts of the scheduler
                 self._job(state.name).not_before = state.updated_at + self._backoff(state.attempts)
@@ -334,19 +338,19 @@ class Service:
         it, which counts as one of Pollux's re-allocations once it has checkpointed."""
         state = self.store.job(name)
         if code == 0:
-            self.store.record_exit(name, "completed", now, "training script finished")
+            self.store.record_exit(name, JobEvent.FINISHED, now, "training script finished")
         elif state.cancel_requested:
-            self.store.record_exit(name, "cancelled", now, "cancelled by the user")
+            self.store.record_exit(name, JobEvent.CANCELLED, now, "cancelled by the user")
         elif code == EXIT_STOPPED or stop_reason:
             reason = stop_reason or "stopped by a SIGTERM from outside Pollux"
-            self.store.record_exit(name, "pending", now, reason, reallocated=reallocation)
+            self.store.record_exit(name, JobEvent.CHECKPOINTED, now, reason, reallocated=reallocation)
             self._job(name).relaunch = "re-allocation" if reallocation else "resume"
         else:
             attempts, tail = state.attempts + 1, self._log_tail(name)
             error = f"exit {code}\n{tail}"
             if attempts >= self.config.max_attempts:
                 reason = f"crashed {attempts} times (last exit {code})"
-                self.store.record_exit(name, "failed", now, reason, error=error, crashed=True)
+                self.store.record_exit(name, JobEvent.GAVE_UP, now, reason, error=error, crashed=True)
             else:
                 delay = self._backoff(attempts)
                 self._job(name).not_before = now + delay
@@ -356,7 +360,7 @@ class Service:
                     f"crashed (exit {code}); retry {attempts}/{self.config.max_attempts - 1} {where} "
                     f"in {_seconds(delay)} s"
                 )
-                self.store.record_exit(name, "pending", now, reason, error=error, crashed=True)
+                self.store.record_exit(name, JobEvent.CRASHED, now, reason, error=error, crashed=True)
         LOG.info("job %s: exit %d", name, code)
 
     def _has_checkpoint(self, state: JobState) -> bool:
@@ -429,9 +433,9 @@ class Service:
             LOG.warning("job %s: %s", name, error)
             if getattr(error, "transient", False):
                 self._job(name).not_before = now + self.config.backoff_s
-                self.store.record_exit(name, "pending", now, f"could not launch yet ({error}); retrying")
+                self.store.record_exit(name, JobEvent.LAUNCH_DEFERRED, now, f"could not launch yet ({error}); retrying")
             else:
-                self.store.record_exit(name, "failed", now, "could not launch", error=str(error))
+                self.store.record_exit(name, JobEvent.LAUNCH_REFUSED, now, "could not launch", error=str(error))
             return
         _crash_point("after-launch")
         self.store.record_launch(name, allocation, workers, now, restart=launched_before)

@@ -18,9 +18,8 @@ from typing import Any
 from pollux.errors import SpecError, UnknownJobError
 from pollux.runtime.launcher import WorkerInfo
 from pollux.runtime.spec import JobSpec
+from pollux.runtime.status import FINAL, JobEvent, JobStatus, next_status
 
-STATUSES = ("pending", "running", "completed", "failed", "cancelled")
-FINAL = frozenset({"completed", "failed", "cancelled"})
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     name TEXT PRIMARY KEY,
@@ -71,7 +70,7 @@ class JobState:
 
     name: str
     spec: dict[str, Any]
-    status: str
+    status: JobStatus
     submitted_at: float
     updated_at: float
     allocation: tuple[int, ...]
@@ -163,42 +162,36 @@ class StateStore:
         scheduler killed right after still knows which processes to reap)."""
         with self.transaction() as db:
             current = self._status(db, name)
-            if current in FINAL:
-                raise SpecError(f"job {name!r} is already {current}; it cannot be launched")
+            status = next_status(current, JobEvent.LAUNCHED, name)
             db.execute("DELETE FROM workers WHERE job = ?", (name,))
             db.executemany(
                 "INSERT INTO workers VALUES (?, ?, ?, ?, ?, ?)",
                 [(name, w.rank, w.node, w.pid, w.host, w.start_ticks) for w in workers],
             )
             db.execute(
-                "UPDATE jobs SET status = 'running', allocation = ?, updated_at = ?, restarts = restarts + ? "
-                "WHERE name = ?",
-                (json.dumps(list(allocation)), now, int(restart), name),
+                "UPDATE jobs SET status = ?, allocation = ?, updated_at = ?, restarts = restarts + ? WHERE name = ?",
+                (status, json.dumps(list(allocation)), now, int(restart), name),
             )
-            if current != "running":
-                db.execute("INSERT INTO status_history VALUES (?, ?, 'running', ?)", (name, now, "launched"))
+            db.execute("INSERT INTO status_history VALUES (?, ?, ?, ?)", (name, now, status, "launched"))
             self._event(db, now, name, "allocation", {"allocation": list(allocation), "restart": restart})
 
     def record_exit(
         self,
         name: str,
-        status: str,
+        event: JobEvent,
         now: float,
         reason: str,
         error: str | None = None,
         crashed: bool = False,
         reallocated: bool = False,
     ) -> None:
-        """A worker group is gone (or never started): the job holds no GPUs and no workers and moves to `status`;
-        `crashed` counts one more crashed attempt, `reallocated` one more re-allocation (a round stopped it to move
-        or preempt it). A completed job keeps no error of an earlier attempt (its history still tells of the
-        crash). One transaction; a finished job never changes again."""
-        if status not in STATUSES:
-            raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+        """A worker group is gone (or never started): the job holds no GPUs and no workers and its status follows
+        `event` (`pollux.runtime.status`); `crashed` counts one more crashed attempt, `reallocated` one more
+        re-allocation (a round stopped it to move or preempt it). A completed job keeps no error of an earlier
+        attempt (its history still tells of the crash). One transaction; a finished job never changes again."""
         with self.transaction() as db:
             current = self._status(db, name)
-            if current in FINAL:
-                raise SpecError(f"job {name!r} is already {current}; it cannot become {status}")
+            status = next_status(current, event, name)
             db.execute("DELETE FROM workers WHERE job = ?", (name,))
             db.execute(
                 "UPDATE jobs SET status = ?, allocation = '[]', updated_at = ?, "
@@ -261,11 +254,11 @@ class StateStore:
 
     # -- helpers --------------------------------------------------------------------------------------------
     @staticmethod
-    def _status(db: sqlite3.Connection, name: str) -> str:
+    def _status(db: sqlite3.Connection, name: str) -> JobStatus:
         row = db.execute("SELECT status FROM jobs WHERE name = ?", (name,)).fetchone()
         if row is None:
             raise UnknownJobError(f"no job named {name!r}; `pollux ls` lists the jobs")
-        return str(row["status"])
+        return JobStatus(row["status"])
 
     @staticmethod
     def _event(db: sqlite3.Connection, now: float, job: str | None, kind: str, detail: dict[str, Any]) -> None:
@@ -278,7 +271,7 @@ class StateStore:
         return JobState(
             name=row["name"],
             spec=json.loads(row["spec"]),
-            status=row["status"],
+            status=JobStatus(row["status"]),
             submitted_at=row["submitted_at"],
             updated_at=row["updated_at"],
             allocation=tuple(json.loads(row["allocation"])),

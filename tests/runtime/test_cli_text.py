@@ -7,6 +7,7 @@ from runtime_jobs import wait_for, write_spec
 from test_cli_local import Up, pollux
 
 from pollux.runtime.spec import load_spec
+from pollux.runtime.status import JobEvent
 from pollux.runtime.store import StateStore
 
 GLOO = "[/__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537]"
@@ -41,7 +42,9 @@ def test_a_stored_bracketed_error_is_listed_literally_without_a_scheduler(tmp_pa
     state = tmp_path / "state"
     store = StateStore(state / "state.db")
     store.add_job(load_spec(write_spec(counter_job.parent, "gloo")), now=1.0)
-    store.record_exit("gloo", "failed", 2.0, f"crashed 1 times {GLOO}", error=f"exit 3\n{CONFIG_LINE}\n{ERROR_LINE}")
+    store.record_launch("gloo", (1,), [], now=1.5, restart=False)
+    error = f"exit 3\n{CONFIG_LINE}\n{ERROR_LINE}"
+    store.record_exit("gloo", JobEvent.GAVE_UP, 2.0, f"crashed 1 times {GLOO}", error=error, crashed=True)
     store.close()
     detail = pollux("ls", "gloo", "--state-dir", str(state))
     assert CONFIG_LINE in detail.stdout and ERROR_LINE in detail.stdout, detail.stdout

@@ -13,6 +13,7 @@ import pytest
 from pollux.errors import SpecError, UnknownJobError
 from pollux.runtime.launcher import WorkerInfo
 from pollux.runtime.spec import JobSpec
+from pollux.runtime.status import JobEvent
 from pollux.runtime.store import StateStore
 
 
@@ -28,7 +29,7 @@ def test_jobs_history_and_reports_survive_reopening(tmp_path):
     store.add_job(spec("a"), now=1.0)
     workers = [WorkerInfo(0, 0, 101, "h", 5), WorkerInfo(1, 0, 102, "h", 6)]
     store.record_launch("a", (2, 0), workers, now=2.0, restart=False)
-    store.record_exit("a", "pending", now=3.0, reason="checkpointed to move to 2 GPU(s)")
+    store.record_exit("a", JobEvent.CHECKPOINTED, now=3.0, reason="checkpointed to move to 2 GPU(s)")
     store.record_launch("a", (1, 1), workers[:1], now=3.0, restart=True)
     store.record_report("a", {"version": 1, "batch": {"total_batch_size": 64}}, now=3.5)
     store.close()
@@ -49,7 +50,7 @@ def test_a_crash_is_counted_with_its_exit_and_a_cancel_request_is_durable(tmp_pa
     store = StateStore(tmp_path / "state.db")
     store.add_job(spec("a"), now=0.0)
     store.record_launch("a", (1,), [WorkerInfo(0, 0, 7, "h", 1)], now=1.0, restart=False)
-    store.record_exit("a", "pending", now=2.0, reason="crashed", error="exit 3\ntraceback", crashed=True)
+    store.record_exit("a", JobEvent.CRASHED, now=2.0, reason="crashed", error="exit 3\ntraceback", crashed=True)
     state = store.job("a")
     assert (state.status, state.attempts, state.last_error, state.allocation) == ("pending", 1, "exit 3\ntraceback", ())
     assert store.workers() == []
@@ -67,9 +68,10 @@ def test_duplicate_names_unknown_jobs_and_final_states_are_refused(tmp_path):
         store.job("zzz")
     with pytest.raises(UnknownJobError):
         store.record_launch("zzz", (1,), [], now=1.0, restart=False)
-    store.record_exit("a", "completed", now=2.0, reason="done")
+    store.record_launch("a", (1,), [], now=1.5, restart=False)
+    store.record_exit("a", JobEvent.FINISHED, now=2.0, reason="done")
     with pytest.raises(SpecError, match="already completed"):
-        store.record_exit("a", "pending", now=3.0, reason="late")
+        store.record_exit("a", JobEvent.CHECKPOINTED, now=3.0, reason="late")
     with pytest.raises(SpecError, match="already completed"):
         store.record_launch("a", (1,), [], now=3.0, restart=True)
     assert [j.name for j in store.jobs(include_finished=False)] == []
@@ -130,8 +132,8 @@ def test_a_database_of_an_earlier_version_gains_the_reallocation_count(tmp_path)
     store = StateStore(path)
     store.add_job(spec("a"), now=0.0)
     store.record_launch("a", (1,), [], now=1.0, restart=False)
-    store.record_exit("a", "pending", now=2.0, reason="crashed", error="exit 3", crashed=True)
+    store.record_exit("a", JobEvent.CRASHED, now=2.0, reason="crashed", error="exit 3", crashed=True)
     store.record_launch("a", (1,), [], now=3.0, restart=True)
-    store.record_exit("a", "pending", now=4.0, reason="checkpointed to move to 2 GPU(s)", reallocated=True)
+    store.record_exit("a", JobEvent.CHECKPOINTED, now=4.0, reason="checkpointed to move to 2 GPU(s)", reallocated=True)
     state = store.job("a")
     assert (state.restarts, state.reallocations, state.attempts) == (1, 1, 1)
