@@ -16,6 +16,8 @@ from agent_launch import logs, run
 
 from pollux.agent.report import read_report
 
+pytestmark = pytest.mark.e2e  # real processes: run by `make test`; `pytest -m "not e2e"` skips them
+
 COMMON = ["--max-batch-size", "512", "--seconds-per-example", "0.0005", "--adapt-interval", "10"]
 
 

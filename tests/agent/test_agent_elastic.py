@@ -16,6 +16,8 @@ from agent_launch import logs, run, start, wait  # noqa: E402
 
 from pollux.agent.report import read_report  # noqa: E402
 
+pytestmark = pytest.mark.e2e  # real processes: run by `make test`; `pytest -m "not e2e"` skips them
+
 EXAMPLES, EPOCHS, STEPS = 240, 3, 60
 
 

@@ -8,6 +8,8 @@ from agent_launch import REPO, logs, run
 
 from pollux.agent.report import read_report
 
+pytestmark = pytest.mark.e2e  # real processes: run by `make test`; `pytest -m "not e2e"` skips them
+
 EXAMPLES = REPO / "examples"
 
 

@@ -11,6 +11,8 @@ import pytest
 pytest.importorskip("torch", reason="the agent needs torch: make test installs it (pip install -e '.[agent]')")
 from agent_launch import logs, run
 
+pytestmark = pytest.mark.e2e  # real processes: run by `make test`; `pytest -m "not e2e"` skips them
+
 MODES = {
     # name: (processes, worker arguments)
     "two replicas: local vs all-reduced gradients": (2, ["--trace", "64", "--epochs", "1"]),

@@ -25,6 +25,8 @@ from pollux.agent.context import (  # noqa: E402
 )
 from pollux.errors import AgentError  # noqa: E402
 
+pytestmark = pytest.mark.e2e  # real processes: run by `make test`; `pytest -m "not e2e"` skips them
+
 INTERVAL_S = 0.3
 STEP_S = 0.03
 

@@ -18,6 +18,8 @@ from pollux.runtime.api import ApiServer, Client, write_endpoint, write_token
 from pollux.runtime.local import LocalLauncher
 from pollux.runtime.service import Service, ServiceConfig
 
+pytestmark = pytest.mark.e2e  # real processes: run by `make test`; `pytest -m "not e2e"` skips them
+
 
 @pytest.fixture()
 def api(tmp_path: Path) -> Iterator[Client]:

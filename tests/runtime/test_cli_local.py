@@ -16,6 +16,8 @@ from runtime_jobs import pid_alive, wait_for, write_spec
 from pollux.agent.report import read_report
 from pollux.runtime.store import StateStore
 
+pytestmark = pytest.mark.e2e  # real processes: run by `make test`; `pytest -m "not e2e"` skips them
+
 REPO = Path(__file__).resolve().parents[2]
 DIGITS = REPO / "examples" / "digits_mlp.py"
 

@@ -3,10 +3,13 @@ says so instead of "no scheduler runs"."""
 
 from __future__ import annotations
 
+import pytest
 from runtime_jobs import wait_for, write_spec
 from test_cli_local import Up
 
 from pollux.runtime.store import StateStore
+
+pytestmark = pytest.mark.e2e  # real processes: run by `make test`; `pytest -m "not e2e"` skips them
 
 
 def test_ls_lists_the_stored_jobs_after_pollux_down(tmp_path, counter_job):

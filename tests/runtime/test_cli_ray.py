@@ -17,6 +17,8 @@ from test_cli_local import DIGITS, Up
 from pollux.agent.report import read_report
 from pollux.runtime.store import StateStore
 
+pytestmark = pytest.mark.e2e  # real processes: run by `make test`; `pytest -m "not e2e"` skips them
+
 RESOURCE = "pollux_gpu"
 
 

@@ -3,12 +3,15 @@ not rich markup, so `pollux ls` neither drops them nor dies on them."""
 
 from __future__ import annotations
 
+import pytest
 from runtime_jobs import wait_for, write_spec
 from test_cli_local import Up, pollux
 
 from pollux.runtime.spec import load_spec
 from pollux.runtime.status import JobEvent
 from pollux.runtime.store import StateStore
+
+pytestmark = pytest.mark.e2e  # real processes: run by `make test`; `pytest -m "not e2e"` skips them
 
 GLOO = "[/__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537]"
 CONFIG_LINE = "[config] backend=gloo world_size=1"

@@ -24,6 +24,8 @@ from pollux.runtime.launcher import EXIT_STOPPED, LaunchRequest, WorkerInfo
 from pollux.runtime.local import LocalLauncher
 from pollux.runtime.processes import process_start_ticks
 
+pytestmark = pytest.mark.e2e  # real processes: run by `make test`; `pytest -m "not e2e"` skips them
+
 REPO = Path(__file__).resolve().parents[2]
 
 CHATTY = """

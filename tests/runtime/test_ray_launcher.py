@@ -27,6 +27,8 @@ from pollux.runtime.launcher import EXIT_STOPPED, LaunchRequest, WorkerInfo  # n
 from pollux.runtime.processes import process_start_ticks  # noqa: E402
 from pollux.runtime.ray_launcher import EXIT_LOST, RayLauncher  # noqa: E402
 
+pytestmark = pytest.mark.e2e  # real processes: run by `make test`; `pytest -m "not e2e"` skips them
+
 REPO = Path(__file__).resolve().parents[2]
 RESOURCE = "pollux_gpu"
 

@@ -18,6 +18,8 @@ from pollux.runtime.service import Service, ServiceConfig
 from pollux.runtime.spec import load_spec
 from pollux.runtime.store import StateStore
 
+pytestmark = pytest.mark.e2e  # real processes: run by `make test`; `pytest -m "not e2e"` skips them
+
 
 class Running:
     """A service running on a thread, stopped gracefully at the end of the test."""

@@ -21,6 +21,8 @@ from pollux.runtime.local import LocalLauncher
 from pollux.runtime.service import Service, ServiceConfig
 from pollux.runtime.spec import load_spec
 
+pytestmark = pytest.mark.e2e  # real processes: run by `make test`; `pytest -m "not e2e"` skips them
+
 # A job that runs until it is stopped, in one of a few ways (argv[1]); rank 0 counts its runs in `runs`:
 #   plain            SIGTERM: checkpoint and exit 143, as the agent does (`ready-<rank>`: it handles SIGTERM now)
 #   finish-on-term   SIGTERM: exit 0, as a job that finishes its last step while being stopped
