@@ -22,9 +22,9 @@ from rich.console import Console
 from rich.table import Table
 
 from pollux.data.anchors import anchor_average_jct
-from pollux.policies.registry import POLICIES, policy_class
+from pollux.policies.registry import POLICIES
 from pollux.sim.measured import load_measured_models
-from pollux.sim.run import SimConfig, simulate, simulator_options
+from pollux.sim.run import SimConfig, simulate, simulated_policy
 from pollux.sim.workload import read_workload
 
 LOADS = ("0.5", "1.0", "1.5", "2.0")
@@ -83,9 +83,8 @@ def run_one(variant: Variant, workload: str) -> tuple[float, float]:
     """(our average JCT s, wall s) of one variant on one workload."""
     models = load_measured_models()
     rows = read_workload(variant.workload(workload), applications=models).jobs
-    cls = policy_class(variant.policy)
-    policy = cls(**simulator_options(cls, models), **variant.options)
     config = SimConfig(interval_s=variant.interval_s, interference=variant.interference)
+    policy = simulated_policy(variant.policy, config, models, **variant.options)
     start = time.perf_counter()
     result = simulate(rows, policy, models, config)
     return result.summary["avg_jct_s"], time.perf_counter() - start

@@ -11,9 +11,8 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from pollux.policies.registry import policy_class
 from pollux.sim.measured import load_measured_models
-from pollux.sim.run import SimConfig, simulate, simulator_options
+from pollux.sim.run import SimConfig, simulate, simulated_policy
 from pollux.sim.workload import read_workload
 
 
@@ -33,9 +32,8 @@ def main() -> None:
         table.add_column(name, justify="left" if name == "policy" else "right")
     total = load_s
     for name in policies:
-        cls = policy_class(name)
         start = time.perf_counter()
-        result = simulate(workload.jobs, cls(**simulator_options(cls, models)), models, SimConfig())
+        result = simulate(workload.jobs, simulated_policy(name, SimConfig(), models), models, SimConfig())
         wall = time.perf_counter() - start
         total += wall
         table.add_row(name, f"{result.summary['avg_jct_s'] / 3600:.3f}", str(len(result.timeline)), f"{wall:.2f}")

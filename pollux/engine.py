@@ -68,10 +68,9 @@ def diff(jobs: Sequence[JobView], allocations: Mapping[str, Allocation], empty: 
 class Scheduler:
     """Runs a policy against a backend, one round at a time."""
 
-    def __init__(self, policy: Policy, backend: Backend, avoid_sharing: bool = False) -> None:
+    def __init__(self, policy: Policy, backend: Backend) -> None:
         self.policy = policy
         self.backend = backend
-        self.avoid_sharing = avoid_sharing
 
     def step(self, now: float) -> RoundResult:
         jobs = self.backend.job_views(now)
@@ -81,7 +80,7 @@ class Scheduler:
         result = self.policy.optimize(jobs, cluster, now)
         names = {job.name for job in jobs}
         allocations = {name: alloc for name, alloc in result.allocations.items() if name in names and any(alloc)}
-        validate_allocations(cluster, allocations, avoid_sharing=self.avoid_sharing)
+        validate_allocations(cluster, allocations, avoid_sharing=self.policy.avoids_sharing)
         decisions = diff(jobs, allocations, cluster.empty())
         decisions = [
             Decision(d.job, d.kind, d.allocation, result.batch.get(d.job)) if d.job in result.batch else d

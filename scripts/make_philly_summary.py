@@ -1,4 +1,4 @@
-"""Regenerate `pollux/sim/philly_summary.json`, the figures the workload generator samples when the data is absent.
+"""Regenerate `pollux/data/philly_summary.json`, the figures the workload generator samples when the data is absent.
 
 Run it once per data version: `python scripts/make_philly_summary.py [--data-dir DIR] [--output FILE]`. It reads the
 Philly trace and the artifact's tuned workloads and writes a few dozen numbers (kept jobs by hour of day × GPU-time

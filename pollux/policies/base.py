@@ -9,10 +9,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pollux.cluster import Allocation, Cluster
 from pollux.goodput import GoodputFunction, GradientStats, ThroughputParams
+
+# Who chooses a job's batch size: the user (the workload's fixed batch; FIFO, Tiresias, Optimus), the job itself by
+# its goodput model (Pollux's agent), or the policy, which returns it in `PolicyResult.batch` (elastic-DP).
+BatchOwner = Literal["user", "job", "policy"]
 
 MAX_ELASTIC_GPUS = 64  # the artifact caps an elastic job at 64 GPUs
 
@@ -84,18 +88,26 @@ class Policy(ABC):
     """Decides, every round, how many GPUs on which nodes each active job holds."""
 
     name: ClassVar[str]
-    # Whether jobs run under this policy choose their own batch size by goodput (Pollux), or keep the
-    # workload's fixed batch (FIFO, Tiresias, Optimus). Elastic-DP instead returns `PolicyResult.batch`.
-    adapts_batch_size: ClassVar[bool] = False
-    # Whether the policy itself picks each job's batch (returned in `PolicyResult.batch`), as elastic-DP does.
-    decides_batch_size: ClassVar[bool] = False
-    # Whether the policy reads `JobView.throughput_params`; backends skip refitting for those that don't.
-    uses_throughput_model: bool = True  # a class attribute, or a property where it depends on options
-    # Constructor arguments only a simulator can supply (e.g. "step_time": true step times from the job models);
-    # `pollux.sim.run.simulator_options` fills them. Such knowledge never reaches the policy in the runtime.
-    simulator_inputs: ClassVar[tuple[str, ...]] = ()
+    batch_owner: ClassVar[BatchOwner] = "user"
+    # Which `PolicySettings` fields (`pollux.policies.registry`) the constructor takes: what a command-line flag
+    # may set, the same way in the simulator and the runtime.
+    settings: ClassVar[tuple[str, ...]] = ()
+    # Knowledge the constructor takes when the caller has it: "step_time" (true step times, only a simulator has
+    # them: the artifact's Optimus reads its profiles), "gittins_service_samples" (the Philly GPU-time distribution).
+    inputs: ClassVar[tuple[str, ...]] = ()
     # Whether the policy changes a job's GPU count (elastic) or only runs it at its requested size (rigid).
     elastic_gpus: ClassVar[bool] = True
+
+    @property
+    def uses_throughput_model(self) -> bool:
+        """Whether the policy reads `JobView.throughput_params` (backends skip refitting for those that don't)."""
+        return True
+
+    @property
+    def avoids_sharing(self) -> bool:
+        """Whether its allocations never put two distributed jobs on one node; the engine checks it, in the
+        simulator and the runtime alike."""
+        return False
 
     @abstractmethod
     def optimize(self, jobs: Sequence[JobView], cluster: Cluster, now: float) -> PolicyResult:

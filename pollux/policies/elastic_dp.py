@@ -27,7 +27,7 @@ import numpy as np
 
 from pollux.cluster import Allocation, Cluster, free_gpus
 from pollux.goodput import throughput
-from pollux.policies.base import BatchConfig, JobView, Policy, PolicyResult
+from pollux.policies.base import BatchConfig, BatchOwner, JobView, Policy, PolicyResult
 from pollux.policies.placement import in_submit_order, place_most_free, take
 
 # Samples/s per GPU assumed for a job that has not run yet (no throughput model): linear scaling from a rate far
@@ -98,9 +98,7 @@ class ElasticDPPolicy(Policy):
     """Total-throughput autoscaler: GPU counts and batch sizes by dynamic program, at arrivals and completions."""
 
     name: ClassVar[str] = "elastic-dp"
-    adapts_batch_size: ClassVar[bool] = False  # the policy picks each job's batch (PolicyResult.batch), not the job
-    decides_batch_size: ClassVar[bool] = True
-    uses_throughput_model: ClassVar[bool] = True
+    batch_owner: ClassVar[BatchOwner] = "policy"  # it picks each job's batch (PolicyResult.batch)
 
     def __init__(self) -> None:
         # The only state: what the last decision was made for, so that rounds without an arrival or a completion

@@ -20,7 +20,10 @@ class FifoPolicy(Policy):
 
     name: ClassVar[str] = "fifo"
     elastic_gpus: ClassVar[bool] = False  # runs each job at its requested GPU count
-    uses_throughput_model: ClassVar[bool] = False
+
+    @property
+    def uses_throughput_model(self) -> bool:
+        return False
 
     def optimize(self, jobs: Sequence[JobView], cluster: Cluster, now: float) -> PolicyResult:
         running = {job.name: tuple(job.allocation) for job in jobs if any(g > 0 for g in job.allocation)}

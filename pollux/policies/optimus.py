@@ -62,7 +62,7 @@ class OptimusPolicy(Policy):
     """Greedy marginal gain in predicted remaining time, one GPU at a time, at each job's fixed batch."""
 
     name: ClassVar[str] = "optimus"
-    simulator_inputs: ClassVar[tuple[str, ...]] = ("step_time",)  # the artifact's Optimus reads true step times
+    inputs: ClassVar[tuple[str, ...]] = ("step_time",)  # the artifact's Optimus reads true step times
 
     def __init__(self, step_time: StepTimeModel | None = None) -> None:
         """`step_time`: how to predict a job's step time on a placement (default: its fitted throughput model)."""

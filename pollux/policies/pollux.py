@@ -44,7 +44,7 @@ import numpy as np
 
 from pollux.cluster import Allocation, Cluster, num_nodes_used
 from pollux.goodput import throughput
-from pollux.policies.base import JobView, Policy, PolicyResult
+from pollux.policies.base import BatchOwner, JobView, Policy, PolicyResult
 from pollux.policies.placement import fixed_batch_config
 from pollux.policies.polish import JobValues, Polisher
 
@@ -107,7 +107,8 @@ class PolluxPolicy(Policy):
     """Co-adaptive scheduling: GPUs by goodput; each job then picks its own batch size for what it gets."""
 
     name: ClassVar[str] = "pollux"
-    adapts_batch_size: ClassVar[bool] = True
+    batch_owner: ClassVar[BatchOwner] = "job"
+    settings: ClassVar[tuple[str, ...]] = ("p", "restart_delay_s", "avoid_interference", "discount_starts")
 
     def __init__(
         self,
@@ -123,6 +124,10 @@ class PolluxPolicy(Policy):
         self.restart_delay_s = float(restart_delay_s)
         self.avoid_interference = avoid_interference
         self.discount_starts = discount_starts
+
+    @property
+    def avoids_sharing(self) -> bool:
+        return self.avoid_interference
 
     # -- fitness ---------------------------------------------------------------------------------------------
     def utility(self, scaled_speedup: np.ndarray | float) -> np.ndarray:

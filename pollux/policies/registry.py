@@ -1,10 +1,18 @@
-"""Registry of policies by name, imported lazily so `--policy fifo` loads nothing heavy."""
+"""Registry of policies by name, imported lazily so `--policy fifo` loads nothing heavy, and the one factory that
+builds them for the simulator, the runtime and the benchmarks alike.
+
+`make_policy(name, settings, inputs)`: `settings` carry what a user sets on a command line (the restart delay δ,
+the power-mean p, interference avoidance, whether a waiting job's start is discounted); each policy takes the ones
+it declares (`Policy.settings`), so a flag reaches every policy that has the knob. `inputs` carry knowledge only
+some callers have (true step times in the simulator); a policy takes those it declares (`Policy.inputs`).
+"""
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
 
 from pollux.errors import SpecError
 from pollux.policies.base import Policy
@@ -32,6 +40,32 @@ def policy_class(name: str) -> type[Policy]:
     return getattr(importlib.import_module(module_name), class_name)
 
 
-def make_policy(name: str, **options: Any) -> Policy:
-    """Build the policy registered as `name` with its keyword `options`."""
-    return policy_class(name)(**options)
+@dataclass(frozen=True)
+class PolicySettings:
+    """The knobs of the policies that have them (see each policy's `settings`)."""
+
+    restart_delay_s: float = 30.0  # δ of Pollux's re-allocation factor (§4.2)
+    p: float = -1.0  # power-mean exponent: −1 fair, 1 throughput
+    avoid_interference: bool = True  # never two distributed jobs on one node
+    discount_starts: bool = True  # the artifact's factor on a waiting job's start too (the runtime turns it off)
+
+
+Input = Callable[[], object]  # built only if the policy takes it (reading a trace is not free)
+
+
+def make_policy(name: str, settings: PolicySettings | None = None, inputs: Mapping[str, Input] | None = None) -> Policy:
+    """The policy registered as `name`, given the `settings` it declares and the `inputs` it declares and the caller
+    has. An input a policy cannot work without is named in a `SpecError` when the caller lacks it."""
+    cls = policy_class(name)
+    settings = settings or PolicySettings()
+    inputs = inputs or {}
+    known = {f.name for f in fields(PolicySettings)}
+    options: dict[str, object] = {key: getattr(settings, key) for key in cls.settings if key in known}
+    options |= {key: inputs[key]() for key in cls.inputs if key in inputs}
+    try:
+        return cls(**options)
+    except TypeError as error:  # a required input the caller does not have
+        raise SpecError(
+            f"policy {name!r} needs {', '.join(k for k in cls.inputs if k not in inputs)}, which this setting "
+            f"cannot provide ({error})"
+        ) from None

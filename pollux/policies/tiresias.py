@@ -93,7 +93,10 @@ class TiresiasPolicy(Policy):
 
     name: ClassVar[str] = "tiresias"
     elastic_gpus: ClassVar[bool] = False  # runs each job at its requested GPU count
-    uses_throughput_model: ClassVar[bool] = False
+
+    @property
+    def uses_throughput_model(self) -> bool:
+        return False
 
     def __init__(
         self,
@@ -224,7 +227,7 @@ class TiresiasGittinsPolicy(TiresiasPolicy):
     """Tiresias' 2D-Gittins variant as a policy of its own name, fed the service distribution of past jobs."""
 
     name: ClassVar[str] = "tiresias-gittins"
-    simulator_inputs: ClassVar[tuple[str, ...]] = ("gittins_service_samples",)
+    inputs: ClassVar[tuple[str, ...]] = ("gittins_service_samples",)
 
     def __init__(self, gittins_service_samples: Sequence[float], **options: Any) -> None:
         super().__init__(mode="gittins", gittins_service_samples=gittins_service_samples, **options)

@@ -27,15 +27,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pollux.agent.checkpoint import NAME as CHECKPOINT_FILE
 from pollux.agent.report import JobReport, read_report
 from pollux.cluster import Allocation, Cluster, free_gpus, num_gpus
+from pollux.data.philly import philly_service_samples
 from pollux.engine import Decision, Scheduler
 from pollux.errors import LaunchError, ReportError, SpecError, UnknownJobError
 from pollux.policies.base import JobView, Policy, exploration_bound
-from pollux.policies.registry import policy_class
+from pollux.policies.registry import PolicySettings, make_policy, policy_class
 from pollux.runtime import joblog
 from pollux.runtime.launcher import EXIT_STOPPED, Launcher, LaunchRequest
 from pollux.runtime.spec import JobSpec
@@ -77,22 +77,16 @@ class ServiceConfig:
 
 
 def make_runtime_policy(name: str, restart_delay_s: float = 30.0) -> Policy:
-    """The named policy, configured for real jobs (no simulator-only knowledge). Pollux does not discount the start
-    of a waiting job: rounds run when a job arrives or its back-off ends, where the artifact's discount is ~0."""
-    cls = policy_class(name)
-    if cls.decides_batch_size:
+    """The named policy, configured for real jobs: no simulator-only knowledge (true step times), and no discount
+    on a waiting job's start (rounds run when a job arrives or its back-off ends, where the artifact's discount is
+    ~0). A policy that owns the jobs' batch sizes cannot run real jobs: their agents choose them."""
+    if policy_class(name).batch_owner == "policy":
         raise SpecError(
             f"policy {name!r} chooses batch sizes for the jobs, which the runtime's agent takes from its own goodput "
             "model; use pollux, fifo, tiresias, tiresias-gittins or optimus"
         )
-    options: dict[str, Any] = {}
-    if name == "pollux":
-        options.update(restart_delay_s=restart_delay_s, discount_starts=False)
-    if "gittins_service_samples" in cls.simulator_inputs:
-        from pollux.sim.run import philly_service_samples
-
-        options["gittins_service_samples"] = philly_service_samples()
-    return cls(**options)
+    settings = PolicySettings(restart_delay_s=restart_delay_s, discount_starts=False)
+    return make_policy(name, settings, {"gittins_service_samples": philly_service_samples})
 
 
 def job_view(
@@ -180,8 +174,7 @@ class Service:
         self.policy = make_runtime_policy(config.policy, config.restart_delay_s)  # a bad name fails before any file
         config.state_dir.mkdir(parents=True, exist_ok=True)
         self.store = StateStore(config.database)
-        avoid = bool(getattr(self.policy, "avoid_interference", False))
-        self.scheduler = Scheduler(self.policy, _Backend(self), avoid_sharing=avoid)
+        self.scheduler = Scheduler(self.policy, _Backend(self))
         self._jobs: dict[str, _JobLoopState] = {}
         self._requests = _Requests()
         self._cond = threading.Condition()

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from pollux.cluster import Cluster
@@ -74,12 +74,10 @@ def load_inputs(inputs: SimInputs) -> tuple[dict[str, JobModel], Workload]:
 
 def run_policy(policy_name: str, inputs: SimInputs, config: SimConfig, progress=None) -> SimResult:
     """Simulate one policy; `progress` (a queue) receives (policy, finished, total) after each round."""
-    from pollux.policies.registry import policy_class
-    from pollux.sim.run import simulate, simulator_options
+    from pollux.sim.run import simulate, simulated_policy
 
     models, workload = load_inputs(inputs)
-    cls = policy_class(policy_name)
-    policy = cls(**simulator_options(cls, models, inputs.data_dir))
+    policy = simulated_policy(policy_name, config, models, inputs.data_dir)
     report = None
     if progress is not None:
         report = lambda now, done, total: progress.put((policy_name, done, total))  # noqa: E731
@@ -89,7 +87,7 @@ def run_policy(policy_name: str, inputs: SimInputs, config: SimConfig, progress=
 def run_policies(
     policies: list[str], inputs: SimInputs, config: SimConfig, processes: int, console: Console
 ) -> list[SimResult]:
-    """Run each policy in its own process with a progress bar per policy."""
+    """Run each policy in its own process (in this one with `processes` = 1) with a progress bar per policy."""
     with (
         multiprocessing.Manager() as manager,
         Progress(
@@ -104,6 +102,9 @@ def run_policies(
     ):
         updates = manager.Queue()
         tasks = {name: bars.add_task(name, total=None) for name in policies}
+        if processes == 1:
+            inline = _BarUpdates(bars, tasks)
+            return [run_policy(name, inputs, config, inline) for name in policies]
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=max(1, processes), mp_context=context) as pool:
             futures = {name: pool.submit(run_policy, name, inputs, config, updates) for name in policies}
@@ -117,6 +118,17 @@ def run_policies(
         for result in results:
             bars.update(tasks[result.policy], completed=len(result.jobs), total=len(result.jobs))
     return results
+
+
+class _BarUpdates:
+    """`run_policy`'s progress queue when it runs in this process: each update moves its bar at once."""
+
+    def __init__(self, bars: Progress, tasks: dict[str, TaskID]) -> None:
+        self.bars, self.tasks = bars, tasks
+
+    def put(self, update: tuple[str, int, int]) -> None:
+        name, done, total = update
+        self.bars.update(self.tasks[name], completed=done, total=total)
 
 
 def _make_out_dir(out: Path) -> None:

@@ -19,30 +19,31 @@ with step-time models can pass its own 50–80% rule.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import itertools
 import json
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from pollux.errors import DataNotFoundError, SpecError, TraceError
+from pollux.data.philly import (
+    MAX_GPU_TIME_S,
+    MIN_DURATION_S,
+    PHILLY_FILE,
+    SUMMARY_PATH,
+    PhillyTrace,
+    find_philly_trace,
+    read_philly_trace,
+)
+from pollux.errors import DataNotFoundError, SpecError
 from pollux.sim.workload import Workload, WorkloadJob
-
-SUMMARY_PATH = Path(__file__).resolve().with_name("philly_summary.json")
-PHILLY_FILE = "philly-jobs.csv"
-PHILLY_COLUMNS: tuple[str, ...] = ("timestamp", "duration", "num_gpus", "gpu_time")
 
 DAY_S = 24 * 3600
 HOUR_S = 3600
-MIN_DURATION_S = 60.0
-MAX_GPU_TIME_S = 1000.0 * HOUR_S
 GPU_TIME_QUANTILES = 201  # 0, 0.5, ..., 100 percent
 DEFAULT_START_HOUR = 2
 # GPU-time bucket upper edges (1, 10, 100 GPU-hours) and the applications each bucket becomes, chosen uniformly:
@@ -58,23 +59,6 @@ BUCKET_APPLICATIONS: tuple[tuple[str, ...], ...] = (
 Source = Literal["auto", "trace", "summary"]
 ConfigChoices = Callable[[str], Sequence[tuple[int, int]]]
 
-_TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}[ T](\d{2}):(\d{2}):(\d{2})$")
-
-
-@dataclass(frozen=True)
-class PhillyTrace:
-    """The Philly jobs as arrays: what the generator (and Tiresias' Gittins index) needs, nothing else."""
-
-    path: Path
-    second_of_day: np.ndarray  # int64, submission second within its day
-    duration_s: np.ndarray
-    num_gpus: np.ndarray
-    gpu_time_s: np.ndarray
-
-    def kept(self) -> np.ndarray:
-        """The artifact's filter: drop jobs shorter than a minute (failed starts) and the few giant ones."""
-        return (self.duration_s >= MIN_DURATION_S) & (self.gpu_time_s < MAX_GPU_TIME_S)
-
 
 @dataclass(frozen=True)
 class PhillySummary:
@@ -83,73 +67,6 @@ class PhillySummary:
     jobs_by_hour_and_bucket: np.ndarray  # shape (24, 4), counts
     tuned_configurations: Mapping[str, tuple[tuple[int, int], ...]]
     gpu_time_quantiles_s: tuple[float, ...]  # GPU-time of kept jobs at 0, 0.5, ..., 100 percent
-
-
-def find_philly_trace(data_dir: Path | None = None) -> Path:
-    """The trace's path in the data folder; `DataNotFoundError` says why there is none."""
-    from pollux.data.locate import find_data_dir
-
-    path = find_data_dir(data_dir).path / PHILLY_FILE
-    if not path.is_file():
-        raise DataNotFoundError(f"{path} does not exist; the data folder holds no Philly trace")
-    return path
-
-
-def read_philly_trace(path: Path) -> PhillyTrace:
-    """Read `philly-jobs.csv` (timestamp,duration,num_gpus,gpu_time,...); cached per file version."""
-    path = Path(path).resolve()
-    try:
-        stat = path.stat()
-    except FileNotFoundError:
-        raise TraceError(f"{path}: Philly trace not found") from None
-    return _read_philly_cached(path, stat.st_mtime_ns, stat.st_size)
-
-
-@lru_cache(maxsize=2)
-def _read_philly_cached(path: Path, _mtime_ns: int, _size: int) -> PhillyTrace:
-    """Parse once per (path, version): the trace has 82k rows and tests generate many workloads."""
-    seconds, durations, gpus, gpu_times = [], [], [], []
-    with path.open(newline="", encoding="utf-8-sig") as handle:
-        reader = csv.reader(handle)
-        header = [column.strip() for column in next(reader, [])]
-        missing = [column for column in PHILLY_COLUMNS if column not in header]
-        if missing:
-            raise TraceError(f"{path}:1: missing column(s) {', '.join(missing)}; expected {','.join(PHILLY_COLUMNS)}")
-        at = [header.index(column) for column in PHILLY_COLUMNS]
-        for row in reader:
-            if not row:
-                continue
-            line = reader.line_num
-            if len(row) != len(header):
-                raise TraceError(f"{path}:{line}: expected {len(header)} fields ({','.join(header)}), got {len(row)}")
-            stamp, duration, num_gpus, gpu_time = (row[i].strip() for i in at)
-            match = _TIMESTAMP.match(stamp)
-            if match is None or int(match[1]) > 23 or int(match[2]) > 59 or int(match[3]) > 59:
-                raise TraceError(f"{path}:{line}: field 'timestamp': expected YYYY-MM-DD HH:MM:SS, got {stamp!r}")
-            seconds.append(int(match[1]) * HOUR_S + int(match[2]) * 60 + int(match[3]))
-            durations.append(_non_negative(path, line, "duration", duration))
-            gpus.append(_non_negative(path, line, "num_gpus", num_gpus))
-            gpu_times.append(_non_negative(path, line, "gpu_time", gpu_time))
-    if not seconds:
-        raise TraceError(f"{path}:2: no jobs after the header")
-    return PhillyTrace(
-        path=path,
-        second_of_day=np.array(seconds, dtype=np.int64),
-        duration_s=np.array(durations, dtype=np.float64),
-        num_gpus=np.array(gpus, dtype=np.int64),
-        gpu_time_s=np.array(gpu_times, dtype=np.float64),
-    )
-
-
-def _non_negative(path: Path, line: int, field: str, text: str) -> float:
-    """A finite number >= 0 (durations and GPU counts)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not (np.isfinite(value) and value >= 0):
-        raise TraceError(f"{path}:{line}: field {field!r}: expected a non-negative number, got {text!r}")
-    return value
 
 
 def gpu_time_bucket(gpu_time_s: np.ndarray) -> np.ndarray:
@@ -196,8 +113,9 @@ def build_summary(data_dir: Path) -> dict[str, Any]:
     return {
         "about": (
             "Figures derived by scripts/make_philly_summary.py from the Pollux artifact's data, so that "
-            "pollux.sim.generate works without it; not the trace itself. jobs_by_hour_and_bucket: kept Philly jobs, "
-            "rows = submission hour of day 0..23, columns = GPU-time below each upper edge, then the rest. "
+            "the workload generator and the Gittins index work without it; not the trace itself. "
+            "jobs_by_hour_and_bucket: kept Philly jobs, rows = submission hour of day 0..23, "
+            "columns = GPU-time below each upper edge, then the rest. "
             "tuned_configurations: per application, the (num_replicas, batch_size) requests of the tuned workloads."
         ),
         "philly": {

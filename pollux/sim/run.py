@@ -6,13 +6,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from pollux.cluster import Cluster
+from pollux.data.philly import philly_service_samples
 from pollux.engine import Scheduler
-from pollux.errors import DataNotFoundError, SimulationError, SpecError
+from pollux.errors import SimulationError, SpecError
 from pollux.policies.base import JobView, Policy
+from pollux.policies.registry import Input, PolicySettings, make_policy
 from pollux.sim.backend import SimBackend, SimJob, SimJobSpec
 from pollux.sim.jobmodel import JobModel
 from pollux.sim.metrics import JobRecord, TimelinePoint, summarize
@@ -31,7 +34,6 @@ class SimConfig:
     interval_s: int = 60
     restart_delay_s: int = 30
     interference: float = 0.0
-    avoid_sharing: bool = False
 
 
 @dataclass(frozen=True)
@@ -58,8 +60,8 @@ def job_specs(rows: Sequence[WorkloadJob], policy: Policy, models: Mapping[str, 
         cap = None
         if row.application in ARTIFACT_ELASTIC_OVERRIDES and policy.elastic_gpus:
             override_batch, cap = ARTIFACT_ELASTIC_OVERRIDES[row.application]
-            batch = override_batch if policy.adapts_batch_size else batch
-        elif policy.adapts_batch_size or policy.decides_batch_size:
+            batch = override_batch if policy.batch_owner == "job" else batch
+        elif policy.batch_owner != "user":
             batch = None
         if not policy.elastic_gpus:
             cap = row.num_replicas
@@ -71,40 +73,31 @@ def job_specs(rows: Sequence[WorkloadJob], policy: Policy, models: Mapping[str, 
                 row.num_replicas,
                 batch,
                 cap,
-                batch_by_policy=policy.decides_batch_size and batch is None,
+                batch_by_policy=policy.batch_owner == "policy" and batch is None,
             )
         )
     return specs
 
 
-def simulator_options(
-    policy_cls: type[Policy], models: Mapping[str, JobModel], data_dir: Path | None = None
-) -> dict[str, object]:
-    """The constructor arguments a policy declares in `simulator_inputs`, filled from what the simulator knows.
+def simulator_inputs(models: Mapping[str, JobModel], data_dir: Path | None = None) -> dict[str, Input]:
+    """What the simulator knows that a policy may take (`Policy.inputs`, `pollux.policies.registry.make_policy`).
 
     `step_time`: true step times from the job models (the artifact's Optimus reads its measured profiles).
     `gittins_service_samples`: GPU-seconds of the Philly trace's jobs (Tiresias' 2D-Gittins distribution).
     """
-    providers = {
+    return {
         "step_time": lambda: TrueStepTime(models),
         "gittins_service_samples": lambda: philly_service_samples(data_dir),
     }
-    unknown = [name for name in policy_cls.simulator_inputs if name not in providers]
-    if unknown:
-        raise SpecError(f"policy {policy_cls.name}: the simulator cannot supply {unknown}; it knows {list(providers)}")
-    return {name: providers[name]() for name in policy_cls.simulator_inputs}
 
 
-def philly_service_samples(data_dir: Path | None = None) -> list[float]:
-    """GPU-seconds of the Philly jobs the artifact samples from (duration >= 60 s, < 1,000 GPU-hours); without
-    the trace, the committed quantiles of the same distribution."""
-    from pollux.sim.generate import find_philly_trace, load_summary, read_philly_trace
-
-    try:
-        trace = read_philly_trace(find_philly_trace(data_dir))
-    except DataNotFoundError:
-        return list(load_summary().gpu_time_quantiles_s)
-    return trace.gpu_time_s[trace.kept()].tolist()
+def simulated_policy(
+    name: str, config: SimConfig, models: Mapping[str, JobModel], data_dir: Path | None = None, **settings: Any
+) -> Policy:
+    """The named policy as the simulator runs it: its δ is the simulated restart delay, unless `settings` say
+    otherwise (fields of `PolicySettings`), and it gets the simulator's inputs."""
+    chosen = PolicySettings(**{"restart_delay_s": float(config.restart_delay_s), **settings})
+    return make_policy(name, chosen, simulator_inputs(models, data_dir))
 
 
 class TrueStepTime:
@@ -146,7 +139,7 @@ def simulate(
         interference=config.interference,
         fit_throughput_model=policy.uses_throughput_model,
     )
-    scheduler = Scheduler(policy, backend, avoid_sharing=config.avoid_sharing)
+    scheduler = Scheduler(policy, backend)
     timeline: list[TimelinePoint] = []
     now = 0.0
     while not backend.all_done():

@@ -90,13 +90,12 @@ def test_gittins_service_distribution_falls_back_to_committed_quantiles(tmp_path
     assert samples == sorted(samples) and samples[0] >= 60  # kept jobs ran at least a minute on >= 1 GPU
 
 
-def test_simulator_supplies_only_declared_inputs(models):
-    from pollux.policies.registry import policy_class
-    from pollux.sim.run import TrueStepTime, simulator_options
+def test_the_simulator_gives_optimus_true_step_times_and_fifo_nothing(models):
+    from pollux.sim.run import TrueStepTime, simulated_policy
 
-    assert simulator_options(policy_class("fifo"), models) == {}
-    options = simulator_options(policy_class("optimus"), models)
-    assert isinstance(options["step_time"], TrueStepTime)
+    optimus = simulated_policy("optimus", SimConfig(), models)
+    assert isinstance(optimus._step_time, TrueStepTime) and not optimus.uses_throughput_model
+    assert simulated_policy("fifo", SimConfig(), models).uses_throughput_model is False
 
 
 def test_a_jobs_throughput_model_depends_on_what_it_ran_not_on_the_order_it_ran_it(models):
