@@ -30,6 +30,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.agent_overhead
 	$(BIN)/python -m benchmarks.runtime_overhead
 	$(BIN)/python -m benchmarks.kill_recovery
+	$(BIN)/python -m benchmarks.runtime_churn
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
