@@ -3,9 +3,9 @@
 Shared by `benchmarks.sched_latency` and `benchmarks.search_quality`. Each job is one of the artifact's six
 applications, uniformly, seen as the simulator's backend would show it to Pollux: its throughput model fitted to the
 model's measured profile (`pollux.calibration.profile_samples`), its gradient statistics from the profile at a
-random epoch, an exploration bound from how far it has scaled so far (DESIGN.md: 2 × the most GPUs it ran on,
-at most 64 and max batch // min per-GPU batch; no model and no statistics before it has run), a random age,
-restarts and attained service. ncf runs at its measured batch on one GPU, as the artifact runs it.
+random epoch, an exploration bound from how far it has scaled so far (docs/design.md, "Goodput model": 2 × the
+most GPUs it ran on, at most 64 and max batch // min per-GPU batch; no model and no statistics before it has
+run), a random age, restarts and attained service. ncf runs at its measured batch on one GPU, as the artifact runs it.
 
 Current allocations are realistic rather than random: one Pollux round on the same jobs, a minute earlier, decides
 them; then a tenth of the jobs leave and as many new ones arrive (no GPUs, no model yet).

@@ -1,4 +1,4 @@
-"""One scheduling engine for the simulator and the runtime (STYLE.md: "one engine, only the clock differs").
+"""One scheduling engine for the simulator and the runtime (docs/design.md, "Parts": only the backend differs).
 
 `Scheduler(policy, backend).step(now)` reads the backend's job views, asks the policy for allocations, checks
 them against the placement rules, turns them into explicit decisions against what runs now, and hands those to

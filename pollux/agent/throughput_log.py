@@ -40,7 +40,8 @@ class ThroughputLog:
 
     @property
     def max_replicas(self) -> int:
-        """The most replicas the job has run on (the scheduler lets it grow to twice that; DESIGN.md)."""
+        """The most replicas the job has run on (the scheduler lets it grow to twice that: docs/design.md,
+        "Goodput model")."""
         return max((key[1] for key in self._times), default=0)
 
     def steps_recorded(self) -> int:

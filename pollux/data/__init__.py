@@ -1,6 +1,6 @@
 """The Pollux artifact's data: find it, get it, check it, read it.
 
-Only code and the sha256 manifest live here; the data files themselves are found at run time (DESIGN.md, Data).
+Only code and the sha256 manifest live here; the data files themselves are found at run time (docs/design.md, Data).
 - `pollux.data.locate.find_data_dir`: where the data is, and which rule found it.
 - `pollux.data.fetch.fetch`: download it into the user cache, every file checked against the manifest.
 - `pollux.data.verify.verify`: check a folder against the manifest.

@@ -1,4 +1,4 @@
-"""Find the artifact's data folder at run time (DESIGN.md, section Data).
+"""Find the artifact's data folder at run time (docs/design.md, section Data).
 
 The project never ships the data; it looks, in this order, at `--data-dir`, `$POLLUX_DATA_DIR`, the
 `../shared/data/pollux-osdi21` folder beside the repository (development and CI), and the user cache that

@@ -24,7 +24,7 @@ MAX_ELASTIC_GPUS = 64  # the artifact caps an elastic job at 64 GPUs
 def exploration_bound(max_replicas_run: int, max_batch_size: int, min_local_bsz: int) -> int:
     """How many GPUs an adaptive job may be given: twice the most it has run on (at least 1), so the scheduler
     never trusts its model far beyond what the job measured; at most 64, and at most what its max batch allows at
-    the smallest per-GPU batch (DESIGN.md). Shared by the simulator and the runtime."""
+    the smallest per-GPU batch (docs/design.md, "Goodput model"). Shared by the simulator and the runtime."""
     return min(max(2 * max_replicas_run, 1), MAX_ELASTIC_GPUS, max(max_batch_size // min_local_bsz, 1))
 
 

@@ -1,5 +1,5 @@
 """What `pollux ls` shows while no scheduler runs, read straight from the state database: the jobs outlive the
-service (STYLE.md habit 10), so listing them must not need it.
+service (docs/design.md, "The runtime"), so listing them must not need it.
 
 The rows come from the API's own `job_row`, so both views print the same columns the same way; only a live
 service's word is missing, and a pending job's note is then the reason stored with its last status change."""

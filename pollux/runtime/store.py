@@ -1,7 +1,7 @@
 """Durable runtime state in SQLite (WAL mode): jobs, their status history, allocations, agent reports, events.
 
 Every change is one transaction, so a scheduler killed at any instant leaves the last committed state intact, and a
-restarted one reads every job back. Only what cannot be recomputed is stored (STYLE.md habit 10).
+restarted one reads every job back. Only what cannot be recomputed is stored (docs/design.md, "The runtime").
 """
 
 from __future__ import annotations

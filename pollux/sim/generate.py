@@ -1,4 +1,4 @@
-"""Generate workloads the way the artifact made its own (DESIGN.md, Workloads), reproducibly by seed.
+"""Generate workloads the way the artifact made its own (docs/design.md, Workloads), reproducibly by seed.
 
 The artifact sampled jobs of Microsoft's Philly trace (duration >= 60 s, GPU-time < 1,000 GPU-hours) submitted in
 an 8-hour window from hour 2 of the day, kept each job's submission second (relative to the window's start), and

@@ -1,4 +1,5 @@
-"""Job models from the artifact's measured profiles, reproducing its simulator's numbers (DESIGN.md, "Simulated jobs").
+"""Job models from the artifact's measured profiles, reproducing its simulator's numbers (docs/design.md,
+"Simulated jobs").
 
 Fidelity with the published completion times depends on answering exactly as the artifact's `applications.py`:
 

@@ -1,4 +1,4 @@
-"""Job types described by numbers alone (DESIGN.md, "Job types described by parameters").
+"""Job types described by numbers alone (docs/design.md, "Simulated jobs").
 
 Where no measured profile exists (a fresh clone without the data, or a user's own model), a job type is its batch
 bounds, the throughput model's seven `ThroughputParams`, a short table of the gradient noise scale φ against the

@@ -21,14 +21,14 @@ from pollux.sim.jobmodel import JobModel
 from pollux.sim.metrics import JobRecord, TimelinePoint, summarize
 from pollux.sim.workload import WorkloadJob
 
-# The artifact runs ncf at its measured batch on one GPU under elastic policies (DESIGN.md, Pollux's jobs).
+# The artifact runs ncf at its measured batch on one GPU under elastic policies (docs/design.md, "Simulated jobs").
 ARTIFACT_ELASTIC_OVERRIDES: dict[str, tuple[int | None, int]] = {"ncf": (32768, 1)}
 MAX_SIMULATED_S = 60 * 24 * 3600  # a run longer than 60 simulated days means a job can never be placed
 
 
 @dataclass(frozen=True)
 class SimConfig:
-    """Knobs of a simulated run (DESIGN.md, "Rounds")."""
+    """Knobs of a simulated run (docs/design.md, "Simulated jobs")."""
 
     cluster: Cluster = field(default_factory=Cluster)
     interval_s: int = 60

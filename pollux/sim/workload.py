@@ -1,4 +1,4 @@
-"""Workloads: which jobs arrive when, and the GPUs and batch size their users asked for (DESIGN.md, Workloads).
+"""Workloads: which jobs arrive when, and the GPUs and batch size their users asked for (docs/design.md, Workloads).
 
 A workload is the artifact's CSV schema `name,time,application,num_replicas,batch_size`: `time` is the submission
 second from the start of the workload; `num_replicas` and `batch_size` are the user's request, kept by the

@@ -9,7 +9,8 @@ from pollux.policies.placement import fixed_batch_config, packed_placement, plac
 
 
 def artifact_rule(batch, replicas, init_batch, max_batch, max_local):
-    """The float formula of DESIGN.md "Baselines' jobs", written out independently for comparison."""
+    """The float formula of the artifact's fixed-batch jobs (per-GPU batch rounded up), written out independently
+    for comparison."""
     local = math.ceil(batch / replicas - 1e-8)
     accum = math.ceil(local / max_local - 1e-8) - 1
     if replicas == 1 and batch > init_batch:
