@@ -417,10 +417,11 @@ class AgentContext:
                     components[self.model.checkpoint_name] = self.model.checkpoint_state()
                 if self.loader is not None:
                     components[self.loader.name] = self.loader.state_dict()
+                saved_at_s = time.time()
                 payload = {
                     "format": CHECKPOINT_FORMAT,
                     "world_size": self.world_size,
-                    "saved_at_s": time.time(),
+                    "saved_at_s": saved_at_s,
                     "agent": {
                         "epoch": self.epoch,
                         "steps": self.steps,
@@ -435,7 +436,7 @@ class AgentContext:
                 buffer = io.BytesIO()
                 torch.save(payload, buffer)
                 path = self._store.save(buffer.getvalue())
-                self.saved_at_s = payload["saved_at_s"]
+                self.saved_at_s = saved_at_s
                 LOG.info("checkpoint saved to %s (epoch %d, step %d)", path, self.epoch, self.steps)
         if self.distributed:
             dist.barrier()

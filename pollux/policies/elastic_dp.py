@@ -138,7 +138,9 @@ class ElasticDPPolicy(Policy):
     def _admit(ordered: list[JobView], cluster: Cluster) -> tuple[list[JobView], list[RateTable], dict[str, str]]:
         """Oldest first while the minimums fit (strict FIFO: the first job that does not fit blocks the rest);
         jobs that could never run anywhere do not block."""
-        admitted, tables, reasons = [], [], {}
+        admitted: list[JobView] = []
+        tables: list[RateTable] = []
+        reasons: dict[str, str] = {}
         reserved = 0
         blocker: str | None = None
         for job in ordered:

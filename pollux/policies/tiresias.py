@@ -127,7 +127,7 @@ class TiresiasPolicy(Policy):
             raise SpecError("tiresias mode 'gittins' needs gittins_service_samples (GPU-seconds of past jobs)")
         self._thresholds = thresholds
         self._starvation_s = starvation_s
-        self._gittins = GittinsIndex(gittins_service_samples) if mode == "gittins" else None
+        self._gittins = GittinsIndex(gittins_service_samples or ()) if mode == "gittins" else None
         self._consolidate = frozenset(consolidate)
         self._consolidate_sensitive = consolidate_sensitive
         self._state: dict[str, _QueueState] = {}

@@ -397,7 +397,7 @@ class RayLauncher:
                     f"job {request.job}: Ray placed rank {rank} on node {node_id}, not on pool node {nodes[rank]} "
                     f"({self._node_ids[nodes[rank]]}): this Ray version ignores bundle label selectors"
                 )
-        port = int(ray.get(actors[0].free_port.remote(), timeout=_ACTOR_CALL_TIMEOUT_S))
+        port: int = ray.get(actors[0].free_port.remote(), timeout=_ACTOR_CALL_TIMEOUT_S)  # type: ignore[assignment]
         local_ranks = [nodes[:rank].count(node) for rank, node in enumerate(nodes)]
         refs = []
         for rank, (actor, node) in enumerate(zip(actors, nodes, strict=True)):

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pollux.errors import SpecError, UnknownJobError
 from pollux.runtime.launcher import WorkerInfo
@@ -205,7 +205,7 @@ class StateStore:
 
     def workers(self, name: str | None = None) -> list[tuple[str, WorkerInfo]]:
         """Recorded live workers (job, worker), of one job or of all."""
-        query, args = "SELECT * FROM workers ORDER BY job, rank", ()
+        query, args = "SELECT * FROM workers ORDER BY job, rank", cast(tuple[str, ...], ())
         if name is not None:
             query, args = "SELECT * FROM workers WHERE job = ? ORDER BY rank", (name,)
         with self._lock:
@@ -245,7 +245,7 @@ class StateStore:
         return [(r["at"], r["status"], r["reason"]) for r in rows]
 
     def events(self, name: str | None = None) -> list[dict[str, Any]]:
-        query, args = "SELECT * FROM events ORDER BY id", ()
+        query, args = "SELECT * FROM events ORDER BY id", cast(tuple[str, ...], ())
         if name is not None:
             query, args = "SELECT * FROM events WHERE job = ? ORDER BY id", (name,)
         with self._lock:
