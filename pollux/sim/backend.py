@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 
 from pollux.cluster import Allocation, Cluster, num_nodes_used, placement
 from pollux.engine import Decision
-from pollux.goodput import GoodputFunction, GradientStats, ThroughputParams, ThroughputSamples, fit_throughput
+from pollux.goodput import (
+    GoodputFunction,
+    GradientStats,
+    ThroughputParams,
+    ThroughputSamples,
+    adascale_gain,
+    fit_throughput,
+)
 from pollux.policies.base import MAX_ELASTIC_GPUS, BatchConfig, JobView, exploration_bound
 from pollux.policies.placement import fixed_batch_config
 from pollux.sim.jobmodel import JobModel
@@ -140,8 +147,7 @@ class SimJob:
             stats = model.grad_stats(batch, self.epoch)
             self.grad_stats = stats
             self.record_sample(nodes, gpus, step_s, sync_s)
-            scale = batch / model.init_batch_size
-            gain = (stats.var + stats.sqr) / (stats.var / scale + stats.sqr)
+            gain = adascale_gain(stats, model.init_batch_size, batch)
             total_s = step_s + self.accum_steps * (step_s - sync_s)
             rate = gain / total_s * (1.0 - slowdown)  # M0-steps per second
             next_progress = model.epoch_progress(self.epoch + 1)
@@ -184,11 +190,11 @@ class SimJob:
         model = self.model
         if self._steps_after is None:
             batch = self.spec.batch_size
-            scale = batch / model.init_batch_size
-            self._gains, self._steps_after = [], [0.0] * (model.max_epochs + 1)
-            for epoch in range(model.max_epochs):
-                stats = model.grad_stats(batch, epoch)
-                self._gains.append((stats.var + stats.sqr) / (stats.var / scale + stats.sqr))
+            self._gains = [
+                adascale_gain(model.grad_stats(batch, epoch), model.init_batch_size, batch)
+                for epoch in range(model.max_epochs)
+            ]
+            self._steps_after = [0.0] * (model.max_epochs + 1)
             for epoch in reversed(range(model.max_epochs)):
                 length = model.epoch_progress(epoch + 1) - model.epoch_progress(epoch)
                 self._steps_after[epoch] = self._steps_after[epoch + 1] + length / self._gains[epoch]

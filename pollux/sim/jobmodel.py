@@ -64,7 +64,7 @@ def run_time_s(model: JobModel, placement: tuple[int, ...], local_bsz: int, accu
     total_s = 0.0
     for epoch in range(model.max_epochs):
         stats = model.grad_stats(batch_size, epoch)
-        gain = float(adascale_gain(stats, model.init_batch_size, batch_size))
+        gain = adascale_gain(stats, model.init_batch_size, batch_size)
         progress = model.epoch_progress(epoch + 1) - model.epoch_progress(epoch)
         total_s += progress / gain * iteration_s
     return total_s
