@@ -22,7 +22,7 @@ from pollux.goodput import (
 )
 from pollux.policies.base import MAX_ELASTIC_GPUS, BatchConfig, JobView, exploration_bound
 from pollux.policies.placement import fixed_batch_config
-from pollux.sim.jobmodel import JobModel
+from pollux.sim.jobmodel import JobModel, accumulated_step_time
 
 PLACEMENT_SENSITIVITY = 1.2  # spread/packed step-time ratio above which a model counts as placement-sensitive
 
@@ -148,8 +148,7 @@ class SimJob:
             self.grad_stats = stats
             self.record_sample(nodes, gpus, step_s, sync_s)
             gain = adascale_gain(stats, model.init_batch_size, batch)
-            total_s = step_s + self.accum_steps * (step_s - sync_s)
-            rate = gain / total_s * (1.0 - slowdown)  # M0-steps per second
+            rate = gain / accumulated_step_time(step_s, sync_s, self.accum_steps) * (1.0 - slowdown)  # M0-steps/s
             next_progress = model.epoch_progress(self.epoch + 1)
             if self.progress + rate * seconds < next_progress:
                 self.progress += rate * seconds
