@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import torch
 import torch.distributed as dist
 
-from pollux.agent.adapt import BatchConfig, decide, refit
+from pollux.agent.adapt import refit
 from pollux.agent.checkpoint import CheckpointStore
 from pollux.agent.report import BatchInUse, CheckpointInfo, JobReport, Progress, write_report
 from pollux.agent.rng import capture_rng, restore_rng
 from pollux.agent.steps import StepTiming, StepTracker
 from pollux.agent.throughput_log import ThroughputLog
 from pollux.errors import AgentError, CheckpointError
-from pollux.goodput import GradientStats, ThroughputParams
+from pollux.goodput import BatchConfig, GradientStats, ThroughputParams, decide_batch
 
 if TYPE_CHECKING:
     from pollux.agent.data import AdaptiveDataLoader
@@ -287,7 +287,8 @@ class AgentContext:
         choice = torch.zeros(2, dtype=torch.int64)
         if self.rank == 0:
             self.refit_throughput(loader.refit_interval_s)
-            config = decide(limits, self.throughput_params, self.grad_stats(), self.num_nodes, self.world_size).config
+            decision = decide_batch(limits, self.throughput_params, self.grad_stats(), self.num_nodes, self.world_size)
+            config = decision.config
             choice[0], choice[1] = config.local_bsz, config.accum_steps
         if self.distributed:
             dist.broadcast(choice, src=0)

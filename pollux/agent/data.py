@@ -17,10 +17,10 @@ from typing import Any
 
 import torch.utils.data
 
-from pollux.agent.adapt import BatchConfig, BatchLimits, initial_config
 from pollux.agent.context import AgentContext, current_agent
 from pollux.agent.sampler import epoch_order, plan_micro_batches, replica_slice
 from pollux.errors import AgentError
+from pollux.goodput import BatchConfig, BatchLimits, initial_config
 
 LOG = logging.getLogger("pollux.agent")
 
@@ -87,9 +87,12 @@ class AdaptiveDataLoader:
                 f"need adapt_interval_steps >= 1 and refit_interval_s >= 0, got {adapt_interval_steps}, "
                 f"{refit_interval_s}"
             )
-        self.limits = BatchLimits(
-            self.batch_size, max_batch_size, local_bsz_bounds or (1, max_batch_size), gradient_accumulation
-        )
+        try:
+            self.limits = BatchLimits(
+                self.batch_size, max_batch_size, local_bsz_bounds or (1, max_batch_size), gradient_accumulation
+            )
+        except ValueError as exc:
+            raise AgentError(f"autoscale_batch_size: {exc}") from exc
         self.adapt_interval_steps = adapt_interval_steps
         self.refit_interval_s = refit_interval_s
         self.config = initial_config(self.limits, self._agent.world_size)

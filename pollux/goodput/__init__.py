@@ -3,6 +3,7 @@
 Pure numpy/scipy: no torch, no I/O, no clock.
 """
 
+from pollux.goodput.batch import BatchConfig, BatchDecision, BatchLimits, decide_batch, initial_config
 from pollux.goodput.efficiency import GradientStats, adascale_gain, efficiency, noise_scale
 from pollux.goodput.fit import ThroughputSamples, fit_throughput, rmsle
 from pollux.goodput.function import BatchChoice, GoodputFunction
@@ -17,6 +18,9 @@ from pollux.goodput.throughput import (
 
 __all__ = [
     "BatchChoice",
+    "BatchConfig",
+    "BatchDecision",
+    "BatchLimits",
     "GoodputFunction",
     "GradientStats",
     "SpeedupFunction",
@@ -24,8 +28,10 @@ __all__ = [
     "ThroughputSamples",
     "adascale_gain",
     "compute_time",
+    "decide_batch",
     "efficiency",
     "fit_throughput",
+    "initial_config",
     "iteration_time",
     "noise_scale",
     "rmsle",

@@ -11,9 +11,12 @@ of the true gradient) and `var` = tr(Σ)/M0 (variance of an M0-batch gradient). 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
+
+Batch = TypeVar("Batch", float, np.ndarray)
 
 
 @dataclass(frozen=True)
@@ -36,20 +39,21 @@ def noise_scale(stats: GradientStats, init_batch_size: float) -> float:
     return float("inf") if stats.var > 0 else 0.0
 
 
-def adascale_gain(stats: GradientStats, init_batch_size: float, batch_size: ArrayLike) -> np.ndarray:
+def adascale_gain(stats: GradientStats, init_batch_size: float, batch_size: Batch) -> Batch:
     """AdaScale's gain ratio r(M) ∈ [1, M/M0]: M0-steps of progress one step at batch M is worth.
 
-    Also the learning-rate multiplier of the AdaScale scaling rule.
+    Also the learning-rate multiplier of the AdaScale scaling rule, and the simulator's progress per step. The one
+    definition for scalars and arrays alike: a float batch gives a float (the simulator asks once per job and
+    step, where numpy's per-call cost would dominate), an array gives an array.
     """
-    scale = np.asarray(batch_size, dtype=np.float64) / init_batch_size
+    scale = batch_size / init_batch_size
     num = stats.var + stats.sqr
-    den = stats.var / scale + stats.sqr
     if num <= 0:  # nothing measured: no gain beyond one M0-step
-        return np.ones_like(scale)
-    return num / den
+        return scale * 0.0 + 1.0
+    return num / (stats.var / scale + stats.sqr)
 
 
 def efficiency(stats: GradientStats, init_batch_size: float, batch_size: ArrayLike) -> np.ndarray:
     """EFFICIENCY(M) = (φ + M0) / (φ + M), vectorized over `batch_size`."""
-    scale = np.asarray(batch_size, dtype=np.float64) / init_batch_size
-    return adascale_gain(stats, init_batch_size, batch_size) / scale
+    batch = np.asarray(batch_size, dtype=np.float64)
+    return adascale_gain(stats, init_batch_size, batch) / (batch / init_batch_size)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from pollux.cluster import Allocation, Cluster
-from pollux.goodput import GoodputFunction, GradientStats, ThroughputParams
+from pollux.goodput import BatchConfig, GoodputFunction, GradientStats, ThroughputParams
 
 # Who chooses a job's batch size: the user (the workload's fixed batch; FIFO, Tiresias, Optimus), the job itself by
 # its goodput model (Pollux's agent), or the policy, which returns it in `PolicyResult.batch` (elastic-DP).
@@ -26,14 +26,6 @@ def exploration_bound(max_replicas_run: int, max_batch_size: int, min_local_bsz:
     never trusts its model far beyond what the job measured; at most 64, and at most what its max batch allows at
     the smallest per-GPU batch (docs/design.md, "Goodput model"). Shared by the simulator and the runtime."""
     return min(max(2 * max_replicas_run, 1), MAX_ELASTIC_GPUS, max(max_batch_size // min_local_bsz, 1))
-
-
-@dataclass(frozen=True)
-class BatchConfig:
-    """Per-GPU batch and gradient-accumulation steps a policy chose for a job (policies that co-adapt batch)."""
-
-    local_bsz: int
-    accum_steps: int = 0
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,19 @@ from dataclasses import dataclass, field
 
 from pollux.cluster import Allocation, Cluster, num_nodes_used, placement
 from pollux.engine import Decision
-from pollux.goodput import GoodputFunction, GradientStats, ThroughputParams, ThroughputSamples, fit_throughput
-from pollux.policies.base import MAX_ELASTIC_GPUS, BatchConfig, JobView, exploration_bound
+from pollux.goodput import (
+    BatchConfig,
+    BatchLimits,
+    GradientStats,
+    ThroughputParams,
+    ThroughputSamples,
+    adascale_gain,
+    decide_batch,
+    fit_throughput,
+)
+from pollux.policies.base import MAX_ELASTIC_GPUS, JobView, exploration_bound
 from pollux.policies.placement import fixed_batch_config
-from pollux.sim.jobmodel import JobModel
+from pollux.sim.jobmodel import JobModel, accumulated_step_time
 
 PLACEMENT_SENSITIVITY = 1.2  # spread/packed step-time ratio above which a model counts as placement-sensitive
 
@@ -82,24 +91,33 @@ class SimJob:
             bound = max(self.spec.batch_size // model.min_local_bsz, 1)
         return min(bound, self.spec.max_gpus) if self.spec.max_gpus else bound
 
+    def batch_limits(self) -> BatchLimits:
+        """The bounds the job's agent decides its batch within (accumulation allowed, as in the artifact)."""
+        model = self.model
+        return BatchLimits(model.init_batch_size, model.max_batch_size, (model.min_local_bsz, model.max_local_bsz))
+
     # -- batch choice (what the agent does) -------------------------------------------------------------------
     def choose_batch(self) -> None:
-        """Pick (local_bsz, accum_steps) for the current allocation: the fixed batch spread over the GPUs, or the
-        goodput-optimal one from the job's own fitted model."""
+        """Pick (local_bsz, accum_steps) for the current allocation: the policy's, the fixed batch spread over the
+        GPUs, or the agent's own decision (`decide_batch`, the code a real job's agent runs) from the job's fitted
+        model and gradient statistics."""
         model, gpus = self.model, self.num_gpus
         if gpus == 0:
             self.local_bsz = self.accum_steps = 0
             return
-        bounds = (model.min_local_bsz, model.max_local_bsz)
         if self.policy_batch is not None:
             local, accum = self.policy_batch.local_bsz, self.policy_batch.accum_steps
-        elif self.spec.batch_size is None and self.params is not None and not self.spec.batch_by_policy:
-            fn = GoodputFunction(self.params, self.grad_stats or GradientStats(0.0, 0.0), model.init_batch_size)
-            choice = fn.optimize(num_nodes_used(self.allocation), gpus, model.max_batch_size, bounds, True)
-            local, accum = int(choice.local_bsz), int(choice.accum_steps)
-        else:
-            target = self.spec.batch_size or max(model.init_batch_size, model.min_local_bsz * gpus)
-            local, accum = fixed_batch_config(target, gpus, model.init_batch_size, model.max_batch_size, bounds)
+        elif self.spec.batch_size is not None:
+            bounds = (model.min_local_bsz, model.max_local_bsz)
+            local, accum = fixed_batch_config(
+                self.spec.batch_size, gpus, model.init_batch_size, model.max_batch_size, bounds
+            )
+        else:  # the job's agent decides (an elastic-DP job, before its policy's first batch: the initial split)
+            params = None if self.spec.batch_by_policy else self.params
+            nodes = num_nodes_used(self.allocation)
+            config = decide_batch(self.batch_limits(), params, self.grad_stats, nodes, gpus).config
+            self.local_bsz, self.accum_steps = config.local_bsz, config.accum_steps
+            return
         self.local_bsz = max(min(local, model.max_batch_size // (gpus * (accum + 1))), 1)
         self.accum_steps = accum
 
@@ -140,10 +158,8 @@ class SimJob:
             stats = model.grad_stats(batch, self.epoch)
             self.grad_stats = stats
             self.record_sample(nodes, gpus, step_s, sync_s)
-            scale = batch / model.init_batch_size
-            gain = (stats.var + stats.sqr) / (stats.var / scale + stats.sqr)
-            total_s = step_s + self.accum_steps * (step_s - sync_s)
-            rate = gain / total_s * (1.0 - slowdown)  # M0-steps per second
+            gain = adascale_gain(stats, model.init_batch_size, batch)
+            rate = gain / accumulated_step_time(step_s, sync_s, self.accum_steps) * (1.0 - slowdown)  # M0-steps/s
             next_progress = model.epoch_progress(self.epoch + 1)
             if self.progress + rate * seconds < next_progress:
                 self.progress += rate * seconds
@@ -184,11 +200,11 @@ class SimJob:
         model = self.model
         if self._steps_after is None:
             batch = self.spec.batch_size
-            scale = batch / model.init_batch_size
-            self._gains, self._steps_after = [], [0.0] * (model.max_epochs + 1)
-            for epoch in range(model.max_epochs):
-                stats = model.grad_stats(batch, epoch)
-                self._gains.append((stats.var + stats.sqr) / (stats.var / scale + stats.sqr))
+            self._gains = [
+                adascale_gain(model.grad_stats(batch, epoch), model.init_batch_size, batch)
+                for epoch in range(model.max_epochs)
+            ]
+            self._steps_after = [0.0] * (model.max_epochs + 1)
             for epoch in reversed(range(model.max_epochs)):
                 length = model.epoch_progress(epoch + 1) - model.epoch_progress(epoch)
                 self._steps_after[epoch] = self._steps_after[epoch + 1] + length / self._gains[epoch]

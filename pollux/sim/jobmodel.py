@@ -8,9 +8,13 @@ gradient statistics). A job has completed `e` epochs once its progress reaches `
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, TypeVar
+
+import numpy as np
 
 from pollux.goodput import GradientStats, adascale_gain
+
+Steps = TypeVar("Steps", float, np.ndarray)
 
 
 class JobModel(Protocol):
@@ -27,7 +31,7 @@ class JobModel(Protocol):
         """(step_time_s, sync_time_s) of one optimizer step without accumulation.
 
         `placement` gives the GPUs used on each node (zeros allowed, any node order); `local_bsz` is the per-GPU
-        batch. With s accumulation steps a step lasts step + s·(step − sync): accumulation repeats compute only.
+        batch. With s accumulation steps a step lasts `accumulated_step_time(step, sync, s)`.
         """
         ...
 
@@ -52,6 +56,13 @@ def normalize_placement(placement: tuple[int, ...]) -> tuple[int, ...]:
     return min(nodes[i:] + nodes[:i] for i in range(len(nodes)))
 
 
+def accumulated_step_time(step_s: Steps, sync_s: Steps, accum_steps: Steps) -> Steps:
+    """Seconds of one optimizer step with `accum_steps` accumulation micro-steps, from the (step, sync) times of a
+    step without: step + s·(step − sync), as the artifact counts it (each extra micro-step repeats the compute, not
+    the all-reduce). Floats or arrays alike."""
+    return step_s + accum_steps * (step_s - sync_s)
+
+
 def run_time_s(model: JobModel, placement: tuple[int, ...], local_bsz: int, accum_steps: int = 0) -> float:
     """Seconds to train `model` to completion on a fixed placement and batch configuration, with no restarts.
 
@@ -59,12 +70,12 @@ def run_time_s(model: JobModel, placement: tuple[int, ...], local_bsz: int, accu
     lasts (its progress / gain) steps of step + s·(step − sync) seconds.
     """
     step_s, sync_s = model.step_time(placement, local_bsz)
-    iteration_s = step_s + accum_steps * (step_s - sync_s)
+    iteration_s = accumulated_step_time(step_s, sync_s, accum_steps)
     batch_size = sum(placement) * local_bsz * (accum_steps + 1)
     total_s = 0.0
     for epoch in range(model.max_epochs):
         stats = model.grad_stats(batch_size, epoch)
-        gain = float(adascale_gain(stats, model.init_batch_size, batch_size))
+        gain = adascale_gain(stats, model.init_batch_size, batch_size)
         progress = model.epoch_progress(epoch + 1) - model.epoch_progress(epoch)
         total_s += progress / gain * iteration_s
     return total_s

@@ -17,7 +17,7 @@ from pollux.errors import SimulationError, SpecError
 from pollux.policies.base import JobView, Policy
 from pollux.policies.registry import Input, PolicySettings, make_policy
 from pollux.sim.backend import SimBackend, SimJob, SimJobSpec
-from pollux.sim.jobmodel import JobModel
+from pollux.sim.jobmodel import JobModel, accumulated_step_time
 from pollux.sim.metrics import JobRecord, TimelinePoint, summarize
 from pollux.sim.workload import WorkloadJob
 
@@ -101,14 +101,14 @@ def simulated_policy(
 
 
 class TrueStepTime:
-    """Seconds per step of a job from its job model: step + s·(step − sync)."""
+    """Seconds per step of a job from its job model, accumulation included (`accumulated_step_time`)."""
 
     def __init__(self, models: Mapping[str, JobModel]) -> None:
         self._models = models
 
     def __call__(self, job: JobView, placement: tuple[int, ...], local_bsz: int, accum_steps: int) -> float:
         step_s, sync_s = self._models[job.application].step_time(placement, local_bsz)
-        return step_s + accum_steps * (step_s - sync_s)
+        return accumulated_step_time(step_s, sync_s, accum_steps)
 
 
 def isolated_jct(job: SimJob, gpus: int, config: SimConfig) -> float:

@@ -1,13 +1,14 @@
-"""Batch-size decisions and the measurement history they rest on (torch-free parts of the agent)."""
+"""Batch-size decisions and the measurement history they rest on (torch-free parts of the agent, but for the
+loader's check of its limits)."""
 
 import pytest
 
-from pollux.agent.adapt import BatchConfig, BatchLimits, decide, initial_config, refit
+from pollux.agent.adapt import refit
 from pollux.agent.sampler import MicroBatch
 from pollux.agent.steps import StepTracker
 from pollux.agent.throughput_log import ThroughputLog
 from pollux.errors import AgentError
-from pollux.goodput import GradientStats
+from pollux.goodput import BatchLimits, GradientStats, decide_batch, initial_config
 
 LIMITS = BatchLimits(init_batch_size=32, max_batch_size=1024, local_bsz_bounds=(8, 64), accumulation=True)
 
@@ -22,18 +23,10 @@ def synthetic_log(alpha=0.01, beta=0.0005, sync=0.004):
     return log
 
 
-def test_before_measurements_the_batch_is_m0_or_the_smallest_per_replica_batch():
-    assert initial_config(LIMITS, 1) == BatchConfig(32, 0)
-    assert initial_config(LIMITS, 8) == BatchConfig(8, 0)  # 8 replicas × min 8 > M0
-    big_m0 = BatchLimits(256, 1024, (8, 64), accumulation=True)
-    assert initial_config(big_m0, 2) == BatchConfig(64, 1)  # 128 per replica = 2 × 64
-    assert initial_config(BatchLimits(256, 1024, (8, 64), accumulation=False), 2) == BatchConfig(64, 0)
-
-
 def test_without_timings_or_gradient_statistics_the_initial_batch_is_kept():
     assert refit(ThroughputLog()) is None
-    assert decide(LIMITS, None, GradientStats(1.0, 1.0), 1, 2).config == initial_config(LIMITS, 2)
-    assert decide(LIMITS, refit(synthetic_log()), None, 1, 2).config == initial_config(LIMITS, 2)
+    assert decide_batch(LIMITS, None, GradientStats(1.0, 1.0), 1, 2).config == initial_config(LIMITS, 2)
+    assert decide_batch(LIMITS, refit(synthetic_log()), None, 1, 2).config == initial_config(LIMITS, 2)
 
 
 def total(decision, replicas=2):
@@ -42,13 +35,13 @@ def total(decision, replicas=2):
 
 def test_the_chosen_batch_grows_with_the_noise_scale():
     params = refit(synthetic_log())
-    totals = [total(decide(LIMITS, params, GradientStats(1.0, phi / 32), 1, 2)) for phi in (4, 64, 512, 8192)]
+    totals = [total(decide_batch(LIMITS, params, GradientStats(1.0, phi / 32), 1, 2)) for phi in (4, 64, 512, 8192)]
     assert totals == sorted(totals)
     assert totals[0] == 32 and totals[-1] > 8 * 32
 
 
 def test_choices_respect_the_bounds_and_use_accumulation_beyond_the_per_replica_maximum():
-    decision = decide(LIMITS, refit(synthetic_log()), GradientStats(1e-6, 1.0), 1, 2)
+    decision = decide_batch(LIMITS, refit(synthetic_log()), GradientStats(1e-6, 1.0), 1, 2)
     assert 8 <= decision.config.local_bsz <= 64
     assert total(decision) <= 1024
     assert decision.config.accum_steps > 0
@@ -63,11 +56,20 @@ def test_a_refit_warm_started_from_the_previous_fit_agrees_with_a_cold_one():
     assert warm.alpha_c == pytest.approx(fresh.alpha_c, rel=0.05)
 
 
-def test_limits_are_validated_with_a_message_that_says_what_to_fix():
-    with pytest.raises(AgentError, match="max_batch_size=16 must be >= the loader's batch_size=32"):
-        BatchLimits(32, 16, (8, 64), False)
-    with pytest.raises(AgentError, match="local_bsz_bounds"):
-        BatchLimits(32, 64, (0, 64), False)
+def test_the_loader_refuses_bad_limits_with_a_message_that_says_what_to_fix():
+    import torch
+
+    import pollux.agent as pa
+
+    agent = pa.init_process_group("gloo")
+    try:
+        loader = pa.AdaptiveDataLoader(torch.utils.data.TensorDataset(torch.zeros(64, 1)), batch_size=32)
+        with pytest.raises(AgentError, match="autoscale_batch_size: max_batch_size=16 must be >= init_batch_size=32"):
+            loader.autoscale_batch_size(16, (8, 64))
+        with pytest.raises(AgentError, match="autoscale_batch_size: local_bsz_bounds"):
+            loader.autoscale_batch_size(64, (0, 64))
+    finally:
+        agent.close()
 
 
 def test_the_throughput_log_keeps_medians_per_configuration_and_survives_a_restart():

@@ -40,6 +40,16 @@ def test_adascale_gain_is_between_one_and_the_scale():
     np.testing.assert_allclose(gain / scale, efficiency(stats, 16, 16 * scale))
 
 
+def test_adascale_gain_is_one_definition_for_scalars_and_arrays():
+    stats = GradientStats(sqr=1.0, var=10.0)
+    gains = adascale_gain(stats, 16, np.array([16.0, 48.0, 1024.0]))
+    scalars = [adascale_gain(stats, 16, batch) for batch in (16, 48, 1024)]
+    assert all(type(g) is float for g in scalars)  # no numpy round trip where the simulator asks for one number
+    assert scalars == gains.tolist()
+    assert adascale_gain(GradientStats(0.0, 0.0), 16, 64) == 1.0  # nothing measured: no gain
+    assert adascale_gain(GradientStats(0.0, 0.0), 16, np.array([16, 64])).tolist() == [1.0, 1.0]
+
+
 def test_pure_noise_gradient_scales_perfectly():
     stats = GradientStats(sqr=0.0, var=1.0)
     assert noise_scale(stats, 8) == float("inf")

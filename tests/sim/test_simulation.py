@@ -10,7 +10,7 @@ from pollux.errors import SpecError
 from pollux.goodput import iteration_time
 from pollux.policies.registry import make_policy
 from pollux.sim.backend import SimBackend, SimJob, SimJobSpec
-from pollux.sim.jobmodel import run_time_s
+from pollux.sim.jobmodel import accumulated_step_time, run_time_s
 from pollux.sim.measured import load_measured_models
 from pollux.sim.run import SimConfig, simulate
 from pollux.sim.workload import WorkloadJob
@@ -37,6 +37,12 @@ def test_a_lone_job_takes_its_run_time_plus_one_restart_delay(models, app, gpus,
     assert job.jct_s == pytest.approx(expected, abs=0.5 * model.max_epochs + 1)
     assert job.restarts == 0
     assert job.start_s == 60
+
+
+def test_accumulation_repeats_the_compute_of_a_step_but_not_its_sync():
+    assert accumulated_step_time(2.0, 0.5, 0) == 2.0
+    assert accumulated_step_time(2.0, 0.5, 3) == 2.0 + 3 * 1.5
+    np.testing.assert_array_equal(accumulated_step_time(np.array([2.0, 1.0]), 0.5, np.array([3, 0])), [6.5, 1.0])
 
 
 def test_diff_turns_allocations_into_explicit_decisions(models):
