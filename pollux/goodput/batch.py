@@ -60,7 +60,8 @@ class BatchDecision:
 
 def initial_config(limits: BatchLimits, num_replicas: int) -> BatchConfig:
     """Before anything is measured, or when no configuration fits the bounds: the total max(M0, K·m_min)
-    (DESIGN.md) split over the K replicas, with accumulation where one replica's share passes m_max.
+    (docs/design.md, "Goodput model") split over the K replicas, with accumulation where one replica's share
+    passes m_max.
 
     share = ⌈total/K⌉, s = ⌈share/m_max⌉ − 1 (0 without accumulation), m = ⌈share/(s+1)⌉ (rounded up, module
     docstring) kept within [m_min, m_max]; the memory bound m_max and the max total batch win over the floor

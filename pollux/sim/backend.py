@@ -1,6 +1,6 @@
 """The simulator's backend: virtual progress of jobs from their job models, on a virtual clock.
 
-Each `SimJob` follows the artifact's job model (DESIGN.md, "Simulated jobs"): progress in M0-steps, `gain` per
+Each `SimJob` follows the artifact's job model (docs/design.md, "Simulated jobs"): progress in M0-steps, `gain` per
 step from the true gradient statistics, epochs by progress, a restart delay after every allocation change, and an
 agent that learns its throughput model only from the placements it has itself run.
 """
@@ -79,7 +79,7 @@ class SimJob:
         return self.num_gpus * self.local_bsz * (self.accum_steps + 1)
 
     def max_gpus(self) -> int:
-        """Elastic bound: adaptive jobs explore up to 2× the most GPUs they ran on (DESIGN.md); fixed-batch jobs
+        """Elastic bound: adaptive jobs explore up to 2× the most GPUs they ran on (docs/design.md); fixed-batch jobs
         up to batch // min per-GPU batch."""
         model = self.model
         if self.spec.batch_by_policy:

@@ -3,7 +3,7 @@
 Units: seconds for times; batch sizes in examples; progress in *M0-steps* (one optimizer step at the initial batch
 size M0 advances progress by 1; a step at batch M in epoch e advances it by the AdaScale gain of that epoch's
 gradient statistics). A job has completed `e` epochs once its progress reaches `epoch_progress(e)`, and is done at
-`epoch_progress(max_epochs)` (DESIGN.md, "Simulated jobs").
+`epoch_progress(max_epochs)` (docs/design.md, "Simulated jobs").
 """
 
 from __future__ import annotations
@@ -20,12 +20,35 @@ Steps = TypeVar("Steps", float, np.ndarray)
 class JobModel(Protocol):
     """A job type as the simulator sees it. Implementations: `MeasuredJobModel`, `ParametricJobModel`."""
 
-    name: str  # the application, e.g. "cifar10"
-    init_batch_size: int  # M0, examples
-    max_batch_size: int  # the largest total batch the job may use, examples
-    min_local_bsz: int  # smallest per-GPU micro-batch, examples
-    max_local_bsz: int  # largest per-GPU micro-batch (GPU memory), examples
-    max_epochs: int  # the job completes after this many epochs
+    @property
+    def name(self) -> str:
+        """The application, e.g. "cifar10"."""
+        ...
+
+    @property
+    def init_batch_size(self) -> int:
+        """M0, examples."""
+        ...
+
+    @property
+    def max_batch_size(self) -> int:
+        """The largest total batch the job may use, examples."""
+        ...
+
+    @property
+    def min_local_bsz(self) -> int:
+        """Smallest per-GPU micro-batch, examples."""
+        ...
+
+    @property
+    def max_local_bsz(self) -> int:
+        """Largest per-GPU micro-batch (GPU memory), examples."""
+        ...
+
+    @property
+    def max_epochs(self) -> int:
+        """The job completes after this many epochs."""
+        ...
 
     def step_time(self, placement: tuple[int, ...], local_bsz: int) -> tuple[float, float]:
         """(step_time_s, sync_time_s) of one optimizer step without accumulation.
