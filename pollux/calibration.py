@@ -33,9 +33,7 @@ def profile_samples(profile: JobProfile) -> ThroughputSamples:
 
 def subset(samples: ThroughputSamples, mask: np.ndarray) -> ThroughputSamples:
     """The samples where `mask` holds."""
-    return ThroughputSamples(
-        *(getattr(samples, f)[mask] for f in ThroughputSamples.__dataclass_fields__)  # type: ignore[arg-type]
-    )
+    return ThroughputSamples(*(getattr(samples, f)[mask] for f in ThroughputSamples.__dataclass_fields__))
 
 
 @dataclass(frozen=True)
