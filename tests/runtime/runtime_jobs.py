@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from pollux.runtime.processes import process_start_ticks
+
 # A real process that behaves like an agent-driven job without torch: it counts steps, keeps its count in the
 # checkpoint folder, checkpoints and exits 143 on SIGTERM, finishes with 0, and can crash on purpose.
 COUNTER_JOB = textwrap.dedent(
@@ -82,13 +84,16 @@ def wait_for(condition: Callable[[], object], timeout: float = 60.0, what: str =
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether the process exists and is not a zombie (state field of /proc/<pid>/stat)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2] not in "ZX"
+def pid_alive(pid: int, start_ticks: int | None = None) -> bool:
+    """Whether the process runs (not a zombie). With its start time (`/proc/<pid>/stat` field 22, as recorded when
+    it started), a process that reused the pid since does not count: the one we mean has exited."""
+    ticks = process_start_ticks(pid)
+    return ticks is not None and (start_ticks is None or ticks == start_ticks)
+
+
+def started(pid: int) -> tuple[int, int | None]:
+    """(pid, start time) of a process seen alive now, to ask `pid_alive` about that very process later."""
+    return pid, process_start_ticks(pid)
 
 
 # Worker scripts of the launcher tests: each gets the test's folder as argv[1] and leaves its traces there.

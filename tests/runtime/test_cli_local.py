@@ -139,13 +139,13 @@ def test_a_scheduler_killed_with_sigkill_loses_no_job_and_duplicates_no_worker(t
         wait_for(lambda: all(job.status == "running" for job in store.jobs()), 60, "both jobs to run")
         steps = [state / "jobs" / name / "checkpoints" / "step" for name in names]
         wait_for(lambda: all(path.exists() for path in steps), 30, "first steps")
-        old_pids = [worker.pid for _, worker in store.workers()]
+        old_pids = [(worker.pid, worker.start_ticks) for _, worker in store.workers()]
         assert len(old_pids) == 4
         up.kill()
         # restart at once: the old workers (SIGTERM from the kernel, PDEATHSIG) may still be checkpointing
         second = Up(state, "--slots", "4", "--policy", "fifo", "--interval", "1")
         wait_for(lambda: all(job.status == "completed" for job in store.jobs()), 120, "both jobs to complete")
-        assert not any(pid_alive(pid) for pid in old_pids)
+        assert not any(pid_alive(pid, ticks) for pid, ticks in old_pids)
         check_resumed_once_without_duplicates(state, store, names, 200)
     finally:
         store.close()

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from runtime_jobs import CRASH, ENV_DUMP, TERM_WAITER, pid_alive, wait_for
+from runtime_jobs import CRASH, ENV_DUMP, TERM_WAITER, pid_alive, started, wait_for
 
 from pollux.agent.report import read_report
 from pollux.errors import LaunchError, UnknownJobError
@@ -180,16 +180,17 @@ def test_kill_reports_137(jobs: Jobs) -> None:
     jobs.launcher.kill("job")
     assert jobs.wait("job") == 137
     assert not any((jobs.tmp_path / f"term-{r}").exists() for r in range(2))
-    assert not any(pid_alive(w.pid) for w in workers)
+    assert not any(pid_alive(w.pid, w.start_ticks) for w in workers)
 
 
 def test_a_crash_kills_the_siblings_and_their_helpers_and_reports_its_code(jobs: Jobs) -> None:
     workers = jobs.start("job", CRASH, 2)
     helper = jobs.tmp_path / "helper"
     wait_for(helper.exists, what="rank 1's helper")
+    helper_process = started(int(helper.read_text()))  # alive now: it sleeps 60 s unless killed
     assert jobs.wait("job") == 3  # within the wait's 30 s, so rank 1 did not sleep its 60 s: it was killed
-    assert not pid_alive(workers[1].pid)
-    wait_for(lambda: not pid_alive(int(helper.read_text())), timeout=5, what="the helper to die")
+    assert not pid_alive(workers[1].pid, workers[1].start_ticks)
+    wait_for(lambda: not pid_alive(*helper_process), timeout=5, what="the helper to die")
 
 
 def test_each_rank_writes_its_own_log_and_a_relaunch_appends(jobs: Jobs) -> None:
@@ -320,19 +321,20 @@ def test_workers_get_sigterm_and_checkpoint_when_the_scheduler_is_killed(jobs: J
     worker, scheduler = jobs.script("worker", TERM_PRINTER), jobs.script("scheduler", SCHEDULER)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, str(scheduler), str(out), str(worker)], env=env, start_new_session=True)
+    worker_process: tuple[int, int | None] | None = None
     try:
         wait_for((out / "ready-0").exists, what="the scheduler's worker")
-        pid = int((out / "ready-0").read_text())
+        worker_process = started(int((out / "ready-0").read_text()))
         proc.kill()
         proc.wait()
         wait_for((out / "term-0").exists, timeout=10, what="the worker's checkpoint marker")
-        wait_for(lambda: not pid_alive(pid), timeout=10, what="the orphaned worker to exit")
+        wait_for(lambda: not pid_alive(*worker_process), timeout=10, what="the orphaned worker to exit")
         assert "saving 199" in rank_log_path(out / "logs", 0).read_text().splitlines()
     finally:
         proc.kill()
         proc.wait()
-        if (out / "ready-0").exists() and pid_alive(pid := int((out / "ready-0").read_text())):
-            os.kill(pid, signal.SIGKILL)
+        if worker_process is not None and pid_alive(*worker_process):  # that very process, not a pid's new owner
+            os.kill(worker_process[0], signal.SIGKILL)
 
 
 needs_setpriv = pytest.mark.skipif(processes._setpriv() is None, reason="no setpriv with --pdeathsig on this machine")

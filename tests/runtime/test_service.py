@@ -99,12 +99,12 @@ def test_cancel_stops_the_workers_and_a_missing_program_fails_alone(running, cou
     spec.write_text(spec.read_text().replace('"python counter.py "', '"no-such-program --x"'))
     running.service.submit(load_spec(spec))
     running.wait_status("long", "running")
-    pids = [w.pid for _, w in running.service.store.workers("long")]
+    pids = [(w.pid, w.start_ticks) for _, w in running.service.store.workers("long")]
     running.wait_status("broken", "failed")
     assert "no-such-program" in (running.service.store.job("broken").last_error or "")
     running.service.cancel("long")
     running.wait_status("long", "cancelled")
-    assert not any(pid_alive(pid) for pid in pids)
+    assert not any(pid_alive(pid, ticks) for pid, ticks in pids)
     with pytest.raises(UnknownJobError, match="pollux ls"):
         running.service.cancel("nobody")
 
