@@ -516,6 +516,7 @@ class AgentContext:
             self._previous_sigterm = None
         if self.model is not None:
             self.model.detach_agent()
+        self.model = self.loader = None  # the loader refers back to this agent: no cycle may keep the model alive
         if _CURRENT.get() is self:
             _CURRENT.set(None)
         if self._owns_group and dist.is_initialized():

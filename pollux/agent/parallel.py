@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -76,8 +77,9 @@ class AdaptiveDataParallel(DistributedDataParallel):
         optimizer.step = _forward_to(self._step, self._inner_step)  # type: ignore[method-assign]
         optimizer.zero_grad = _forward_to(self._zero_grad, self._inner_zero_grad)  # type: ignore[method-assign]
         self._scheduler_seen_steps = 0
+        self._scheduler_class: type | None = None
         if lr_scheduler is not None:
-            _hold_scheduler_while_accumulating(lr_scheduler, self)
+            self._scheduler_class = _hold_scheduler_while_accumulating(lr_scheduler, self)
 
         if restored is not None:
             optimizer.load_state_dict(restored["optimizer"])
@@ -121,11 +123,20 @@ class AdaptiveDataParallel(DistributedDataParallel):
         }
 
     def detach_agent(self) -> None:
-        """Called by `agent.close()`: from now on this is plain DDP."""
+        """Called by `agent.close()`: from now on this is plain DDP. The optimizer's and the scheduler's own
+        methods come back, so nothing of theirs refers to this model any more: without that reference cycle the
+        model (and through DDP the process group) is freed when the training script drops it, while Python still
+        runs, not by the interpreter's final teardown, where freeing gloo's pending work aborts the process
+        ("terminate called without an active exception", exit 134)."""
         if self._agent is not None and self._agent.distributed:
             self._exchange.finish()
         self._agent = None
         self._meter.remove()
+        self.optimizer.step = self._inner_step  # type: ignore[method-assign]
+        self.optimizer.zero_grad = self._inner_zero_grad  # type: ignore[method-assign]
+        if self.lr_scheduler is not None and self._scheduler_class is not None:
+            self.lr_scheduler.__class__ = self._scheduler_class
+            self._scheduler_class = None
 
     # -- the wrapped calls ------------------------------------------------------------------------------------
 
@@ -246,13 +257,18 @@ def _forward_to(wrapper: Callable[..., Any], inner: Callable[..., Any]) -> Calla
     return forward
 
 
-def _hold_scheduler_while_accumulating(scheduler: Any, model: AdaptiveDataParallel) -> None:
-    """Make `scheduler.step()` a no-op while `model.scheduler_may_step()` says no."""
+def _hold_scheduler_while_accumulating(scheduler: Any, model: AdaptiveDataParallel) -> type:
+    """Make `scheduler.step()` a no-op while `model.scheduler_may_step()` says no; returns the scheduler's own class
+    (`detach_agent` puts it back). The model is held weakly: a class lives until a garbage collection, and must
+    not keep the model (and its process group) alive that long."""
     base = type(scheduler)
+    held = weakref.ref(model)
 
     def step(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not model.scheduler_may_step():
+        owner = held()
+        if owner is not None and not owner.scheduler_may_step():
             return None
         return base.step(self, *args, **kwargs)
 
     scheduler.__class__ = type(base.__name__, (base,), {"step": step, "__module__": base.__module__})
+    return base
