@@ -61,6 +61,8 @@ def test_a_command_string_is_split_like_a_shell(spec_dir):
         ({"priority": 1.5}, "priority"),
         ({"gpus": 100}, "gpus"),
         ({"gpu_count": 4}, "gpu_count"),
+        ({"checkpoint_interval_s": 0}, "checkpoint_interval_s"),
+        ({"checkpoint_interval_s": "5m"}, "checkpoint_interval_s"),
     ],
 )
 def test_each_bad_field_is_named_in_the_error(spec_dir, change, field):
@@ -80,3 +82,15 @@ def test_unreadable_files_are_refused_with_the_path(tmp_path):
         load_spec(tmp_path / "nope.toml")
     with pytest.raises(SpecError, match="not valid TOML"):
         load_spec(write(tmp_path, "name = \n"))
+
+
+def test_a_jobs_checkpoint_interval_is_kept_and_reaches_its_agent_before_the_services(spec_dir, tmp_path):
+    from pollux.runtime.service import ServiceConfig, _interval_env
+
+    data = {"name": "job", "command": ["python", "train.py"], "init_batch_size": 128, "checkpoint_interval_s": 90}
+    spec = parse_spec(data, "job.toml", spec_dir)
+    assert spec.checkpoint_interval_s == 90.0
+    service_wide = ServiceConfig(state_dir=tmp_path, checkpoint_interval_s=600.0)
+    assert _interval_env(spec.checkpoint_interval_s, service_wide) == "90"
+    assert _interval_env(None, service_wide) == "600"
+    assert _interval_env(None, ServiceConfig(state_dir=tmp_path)) == "auto"
