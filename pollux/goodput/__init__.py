@@ -6,7 +6,6 @@ Pure numpy/scipy: no torch, no I/O, no clock.
 from pollux.goodput.efficiency import GradientStats, adascale_gain, efficiency, noise_scale
 from pollux.goodput.fit import ThroughputSamples, fit_throughput, rmsle
 from pollux.goodput.function import BatchChoice, GoodputFunction
-from pollux.goodput.speedup import SpeedupFunction
 from pollux.goodput.throughput import (
     ThroughputParams,
     compute_time,
@@ -19,7 +18,6 @@ __all__ = [
     "BatchChoice",
     "GoodputFunction",
     "GradientStats",
-    "SpeedupFunction",
     "ThroughputParams",
     "ThroughputSamples",
     "adascale_gain",
