@@ -113,6 +113,7 @@ class Polisher:
         """Jobs that may take what any move frees: the waiting ones and the best growers."""
         return list(dict.fromkeys(np.flatnonzero(layout.gpus == 0).tolist() + self._growers(layout)))
 
+    @np.errstate(invalid="ignore")
     def gain_of(self, layout: Layout, move: Move, extra: list[int] | None = None) -> tuple[float, dict[int, Row]]:
         """What `move` gains over all jobs, and the rows it changes (the jobs in its way give way, then free GPUs
         go to them, to the jobs beside what it freed, and to `extra`); `layout` is left as it was."""
@@ -166,21 +167,37 @@ class Polisher:
         order = np.lexsort((gpus, kind, job, -gain))
         return gain[order], job[order], kind[order], gpus[order]
 
+    @np.errstate(invalid="ignore")  # -inf - -inf: a gain between two forbidden allocations, never tried
     def tries(self, layout: Layout) -> list[tuple[float, Move]]:
         """The `MAX_TRIES` most promising (own gain, move) by own gain less what making room costs the jobs on the
         target node (`_eviction_costs`), up to `NODE_TRIES` target nodes per candidate, best first (ties: the
         better candidate, then the better node)."""
         pairs = layout.pairs()
-        evict = self._eviction_costs(layout, pairs)
         gain, job, kind, gpus = self._candidates(layout)
+        cand, node, estimate, rank = self._targets(
+            layout, self._eviction_costs(layout, pairs), pairs, gain, job, kind, gpus
+        )
+        whole = np.flatnonzero((kind == MoveKind.KEEP) | (kind == MoveKind.WIDE))  # no target node
+        cand = np.concatenate([cand, whole])
+        node = np.concatenate([node, np.full(whole.size, -1)])
+        estimate = np.concatenate([estimate, gain[whole]])
+        rank = np.concatenate([rank, np.zeros(whole.size, dtype=np.int64)])
+        best = np.lexsort((rank, cand, -estimate))[:MAX_TRIES]
+        return [
+            (float(gain[c]), Move(int(job[c]), MoveKind(int(kind[c])), int(gpus[c]), int(n)))
+            for c, n in zip(cand[best].tolist(), node[best].tolist(), strict=True)
+        ]
+
+    def _targets(self, layout: Layout, evict: np.ndarray, pairs, gain, job, kind, gpus):
+        """For each ONE and GROW candidate (by index `cand`), its `NODE_TRIES` best target nodes by own gain less
+        eviction cost: (cand, node, estimate, rank among the candidate's nodes)."""
         gpn, nodes, free = layout.gpus_per_node, layout.values.num_nodes, layout.free
         pair_job, pair_node, pair_gpus = pairs
-        node_ids = np.arange(nodes)
-        # on a node the mover does not use, making room depends only on the node and the GPUs wanted
+        # on a node the mover does not use, making room depends only on the node and the GPUs wanted: rank the
+        # nodes once per (spans, GPUs), then skip each mover's own nodes
         need = np.clip(np.arange(1, gpn + 1)[:, None] - free[None, :], 0, gpn)
-        cost = np.stack([evict[s][node_ids, need] for s in (0, 1)])  # cost[spans, GPUs - 1, node]
+        cost = np.stack([evict[s][np.arange(nodes), need] for s in (0, 1)])  # cost[spans, GPUs - 1, node]
         by_cost = np.argsort(cost, axis=2, kind="stable")
-
         placed = np.flatnonzero((kind == MoveKind.ONE) | (kind == MoveKind.GROW))
         c_job, c_gpus, c_gain = job[placed], gpus[placed], gain[placed]
         spans = (kind[placed] == MoveKind.GROW).astype(np.intp)
@@ -197,7 +214,7 @@ class Polisher:
             lo = np.searchsorted(pair_job, c_job[mine], "left")
             count = np.searchsorted(pair_job, c_job[mine], "right") - lo
             which = np.repeat(np.arange(mine.size), count)
-            index = np.repeat(lo - np.cumsum(count) + count, count) + np.arange(count.sum())
+            index = np.repeat(lo - np.cumsum(count) + count, count) + np.arange(count.sum())  # each one's pairs
             n = pair_node[index]
             wanted = np.clip(c_gpus[mine][which] - free[n] - pair_gpus[index], 0, gpn)
             cand.append(placed[mine][which])
@@ -209,18 +226,7 @@ class Polisher:
         starts = np.flatnonzero(np.r_[True, cand[1:] != cand[:-1]])
         rank = np.arange(cand.size) - np.repeat(starts, np.diff(np.r_[starts, cand.size]))
         keep = rank < NODE_TRIES
-        cand, node, estimate, rank = cand[keep], node[keep], estimate[keep], rank[keep]
-
-        whole = np.flatnonzero((kind == MoveKind.KEEP) | (kind == MoveKind.WIDE))  # no target node
-        cand = np.concatenate([cand, whole])
-        node = np.concatenate([node, np.full(whole.size, -1)])
-        estimate = np.concatenate([estimate, gain[whole]])
-        rank = np.concatenate([rank, np.zeros(whole.size, dtype=np.int64)])
-        best = np.lexsort((rank, cand, -estimate))[:MAX_TRIES]
-        return [
-            (float(gain[c]), Move(int(job[c]), MoveKind(int(kind[c])), int(gpus[c]), int(n)))
-            for c, n in zip(cand[best].tolist(), node[best].tolist(), strict=True)
-        ]
+        return cand[keep], node[keep], estimate[keep], rank[keep]
 
     def _growers(self, layout: Layout) -> list[int]:
         """The running jobs that gain most per GPU from a few more GPUs across nodes, best first."""
