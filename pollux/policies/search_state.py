@@ -136,27 +136,35 @@ class Layout:
         return len(self.rows)
 
     def set(self, job: int, row: Row) -> None:
-        """Give `job` the GPUs per node of `row` (zeros left out), keeping everything derived current."""
-        old = self.rows[job]
+        """Give `job` the GPUs per node of `row` (zeros left out), keeping everything derived current. Rows are
+        never changed in place, so `row` may be shared (with the value table's current rows, with a trial)."""
+        old, values, free, on = self.rows[job], self.values, self.free, self.on
         if self._journal is not None:
             self._journal.append((job, old, float(self.value[job])))
         if len(old) > 1:
             self.spanning[list(old)] -= 1
         for node, gpus in old.items():
-            self.free[node] += gpus
-            self.on[node].discard(job)
-        row = {node: gpus for node, gpus in row.items() if gpus}
+            free[node] += gpus
+            on[node].discard(job)
+        if not all(row.values()):
+            row = {node: gpus for node, gpus in row.items() if gpus}
+        count = 0
         for node, gpus in row.items():
-            self.free[node] -= gpus
-            self.on[node].add(job)
-        if len(row) > 1:
+            free[node] -= gpus
+            on[node].add(job)
+            count += gpus
+        used = len(row)
+        if used > 1:
             self.spanning[list(row)] += 1
         self.rows[job] = row
-        self.gpus[job] = sum(row.values())
-        self.nodes[job] = len(row)
-        self.home[job] = min(row) if row else -1
-        self.kept[job] = bool(row) and row == self.values.current[job]
-        self.value[job] = self.values.of(job, row)
+        self.gpus[job] = count
+        self.nodes[job] = used
+        self.home[job] = min(row) if used else -1
+        kept = self.kept[job] = used > 0 and row == values.current[job]
+        if kept:
+            self.value[job] = values.keep[job]
+        else:
+            self.value[job] = values.table[int(used > 1), job, count] if count <= values.max_gpus[job] else -np.inf
 
     def begin(self) -> None:
         """Start recording changes, to `undo` them (a trial)."""
@@ -214,102 +222,110 @@ def grow(layout: Layout, jobs: Sequence[int], avoid_interference: bool, reshape:
     job on one node or none, moving whole to the node with the most room for it. Growing counts per GPU added,
     moving per GPU added (at least one). Without `reshape`, a job on one node stays on it (the counts step planned
     it there) and only a job without GPUs moves, onto the freest node."""
-    jobs = np.array(list(dict.fromkeys(jobs)), dtype=np.int64)
+    if not (len(jobs) and layout.free.any()):
+        return
+    steps = _Steps(layout, np.array(list(dict.fromkeys(jobs)), dtype=np.int64), avoid_interference, reshape)
     with np.errstate(invalid="ignore"):  # -inf - -inf: a step between two forbidden counts, never taken
-        while jobs.size and layout.free.any():
-            steps = _Steps(layout, jobs, avoid_interference, reshape)
+        while layout.free.any():
+            steps.update()
             pick = int(np.argmax(steps.ratio))
             if not steps.ratio[pick] > MIN_GAIN:
                 return
-            layout.set(int(jobs[pick]), steps.row(pick))
+            layout.set(int(steps.jobs[pick]), steps.row(pick))
 
 
 class _Steps:
-    """The best step of each of `jobs` on `layout` (see `grow`): `ratio[i]`, its gain per GPU (-inf: none), and
-    `row(i)`, the row it leads to."""
+    """The best step of each of `jobs` on `layout` (see `grow`), as of the last `update`: `ratio[i]`, its gain per
+    GPU (-inf: none), and `row(i)`, the row it leads to."""
 
     def __init__(self, layout: Layout, jobs: np.ndarray, avoid: bool, reshape: bool) -> None:
-        self.layout, self.jobs, self.avoid = layout, jobs, avoid
+        values = layout.values
+        self.layout, self.jobs, self.avoid, self.reshape = layout, jobs, avoid, reshape
+        self.top, self.keep = values.max_gpus[jobs], values.keep[jobs]
+        self.current, self.current_home = values.current_gpus[jobs], values.current_home[jobs]
+        self.table = values.table[:, jobs]  # the jobs' rows of the value table
+        self.t = np.arange(1, layout.gpus_per_node + 1)  # GPUs of a move whole
+        self.one = np.arange(jobs.size)
+
+    def update(self) -> None:
+        layout, jobs = self.layout, self.jobs
         self.have, self.here = layout.gpus[jobs], layout.value[jobs]
+        self.used, self.home = layout.nodes[jobs], layout.home[jobs]
         self.ratio = np.full(jobs.size, -np.inf)
-        self.added = np.zeros(jobs.size, dtype=np.int64)  # GPUs its growth adds
-        self.moved = np.zeros(jobs.size, dtype=np.int64)  # or GPUs it moves whole to `target` with
-        self.target = np.full(jobs.size, -1, dtype=np.int64)
-        self._room(reshape)
+        self.moved = np.zeros(jobs.size, dtype=np.int64)  # GPUs it moves whole to `target` with; 0: it grows
+        self._room()
         self._grow()
-        self._move(np.flatnonzero(layout.nodes[jobs] <= (1 if reshape else 0)))
+        self._move(np.flatnonzero(self.used <= (1 if self.reshape else 0)))
 
     def row(self, i: int) -> Row:
         if self.moved[i]:
             return {int(self.target[i]): int(self.moved[i])}
         return _grown(self.layout, int(self.jobs[i]), int(self.added[i]), bool(self.blocked[i]), self.avoid)
 
-    def _room(self, reshape: bool) -> None:
+    def _room(self) -> None:
         """Free GPUs on each job's own nodes; whether it may spread to others; how many GPUs it may add."""
-        layout, jobs, free = self.layout, self.jobs, self.layout.free
-        used, home = layout.nodes[jobs], layout.home[jobs]
+        layout, jobs, free, used, home = self.layout, self.jobs, self.layout.free, self.used, self.home
         self.distributed = used > 1
-        self.own_free = np.where(home >= 0, free[np.maximum(home, 0)], 0)
+        self.own_free = np.where(home >= 0, free[home], 0)  # free[-1] of a job without GPUs is masked
         spread = np.flatnonzero(self.distributed).tolist()
         for i in spread:
             self.own_free[i] = int(free[list(layout.rows[int(jobs[i])])].sum())
         if self.avoid:  # onto nodes no distributed job holds, unless one holds a node of its own
             open_free = int(free[layout.spanning == 0].sum())
-            open_home = (used == 1) & (layout.spanning[np.maximum(home, 0)] == 0)
-            spread_free = np.where(open_home, open_free - self.own_free, open_free)
+            open_home = (used == 1) & (layout.spanning[home] == 0)
+            spread_free = open_free - np.where(open_home, self.own_free, 0)
             self.blocked = (used == 1) & ~open_home
             for i in spread:
                 self.blocked[i] = bool(np.any(layout.spanning[list(layout.rows[int(jobs[i])])] > 1))
         else:
             spread_free = int(free.sum()) - self.own_free
             self.blocked = np.zeros(jobs.size, dtype=bool)
-        if not reshape:
+        if not self.reshape:
             self.blocked |= used == 1
-        room = np.maximum(layout.values.max_gpus[jobs] - self.have, 0)
         reach = self.own_free + np.where(self.blocked, 0, spread_free)
-        self.limit = np.where(used > 0, np.minimum(room, reach), 0)
+        self.limit = np.where(used > 0, np.minimum(np.maximum(self.top - self.have, 0), reach), 0)
 
     def _grow(self) -> None:
         """Best growth: i more GPUs, its own nodes first (so it spans nodes once i passes their free GPUs)."""
-        values, jobs, have = self.layout.values, self.jobs, self.have
-        steps = int(self.limit.max(initial=0))
+        have, limit = self.have, self.limit
+        steps = int(limit.max(initial=0))
+        self.added = np.zeros(self.jobs.size, dtype=np.int64)
         if not steps:
             return
         added = np.arange(1, steps + 1)
         spans = (self.distributed[:, None] | (added > self.own_free[:, None])).astype(np.intp)
-        counts = np.minimum(have[:, None] + added, values.table.shape[2] - 1)
-        ratios = (values.table[spans, jobs[:, None], counts] - self.here[:, None]) / added
-        ratios = np.where(added <= self.limit[:, None], ratios, -np.inf)
-        current = values.current_gpus[jobs]
-        back = np.flatnonzero((have < current) & (current <= have + self.limit) & (values.keep[jobs] > -np.inf))
+        counts = np.minimum(have[:, None] + added, self.table.shape[2] - 1)
+        ratios = (self.table[spans, self.one[:, None], counts] - self.here[:, None]) / added
+        ratios[added > limit[:, None]] = -np.inf
+        back = np.flatnonzero((have < self.current) & (self.current <= have + limit) & (self.keep > -np.inf))
         for i in back.tolist():  # the step that lands on its current allocation is worth keeping it
-            j, step = int(jobs[i]), int(current[i] - have[i])
-            if _grown(self.layout, j, step, bool(self.blocked[i]), self.avoid) == values.current[j]:
-                ratios[i, step - 1] = (values.keep[j] - self.here[i]) / step
+            j, step = int(self.jobs[i]), int(self.current[i] - have[i])
+            if _grown(self.layout, j, step, bool(self.blocked[i]), self.avoid) == self.layout.values.current[j]:
+                ratios[i, step - 1] = (self.keep[i] - self.here[i]) / step
         k = np.argmax(ratios, axis=1)
-        found = ratios[np.arange(jobs.size), k]
+        found = ratios[self.one, k]
         self.added = k + 1
         self.ratio = np.where(found > MIN_GAIN, found, -np.inf)
 
     def _move(self, movable: np.ndarray) -> None:
         """Best move of the `movable` jobs (on one node or none): t GPUs on the node with the most room for it,
         the freest node or its own (`argmax(free + row)`: ties to the lower index), if better than growing."""
+        self.target = np.full(self.jobs.size, -1, dtype=np.int64)
         if not movable.size:
             return
-        values, free, gpn = self.layout.values, self.layout.free, self.layout.gpus_per_node
-        jobs, have, here = self.jobs[movable], self.have[movable], self.here[movable]
+        free, t = self.layout.free, self.t
+        have, here, home = self.have[movable], self.here[movable], self.home[movable]
         freest = int(np.argmax(free))
-        home = self.layout.home[jobs]
-        home_room = np.where(home >= 0, free[np.maximum(home, 0)] + have, -1)
+        home_room = np.where(home >= 0, free[home] + have, -1)
         stay = (home == freest) | (home_room > free[freest]) | ((home_room == free[freest]) & (home < freest))
         target = np.where((home >= 0) & stay, home, freest)
-        most = np.minimum(free[target] + np.where(target == home, have, 0), np.minimum(values.max_gpus[jobs], gpn))
-        t = np.arange(1, gpn + 1)
-        kept = (values.current_home[jobs][:, None] == target[:, None]) & (values.current_gpus[jobs][:, None] == t)
-        kept &= (values.keep[jobs] > -np.inf)[:, None]
-        value = np.where(kept, values.keep[jobs][:, None], values.table[0][jobs[:, None], t])
+        most = np.minimum(free[target] + np.where(target == home, have, 0), self.top[movable])
+        keep = self.keep[movable]
+        kept = (self.current_home[movable] == target) & (keep > -np.inf)
+        kept = kept[:, None] & (self.current[movable][:, None] == t)
+        value = np.where(kept, keep[:, None], self.table[0][movable[:, None], t])
         ratios = (value - here[:, None]) / np.maximum(t - have[:, None], 1)
-        ratios = np.where((t <= most[:, None]) & ~np.isnan(ratios), ratios, -np.inf)
+        ratios[(t > most[:, None]) | np.isnan(ratios)] = -np.inf
         k = np.argmax(ratios, axis=1)
         found = ratios[np.arange(movable.size), k]
         better = found > np.maximum(self.ratio[movable], MIN_GAIN)
