@@ -2,7 +2,7 @@
 
 NSGA-II from pymoo (the `bench` extra; nothing under `pollux/` imports pymoo), population 100, 100 generations,
 warm-started from the previous round's population, over allocation matrices A[job, node]. The fitness is the one our
-policy optimizes, `PolluxPolicy.evaluate` on `PolluxPolicy.options` (one fitness for both searches). The operators
+policy optimizes, `PolluxPolicy.evaluate` on `PolluxPolicy.value_table` (one fitness for both searches). The operators
 follow the artifact's (`simulator/pollux.py` at petuum/adaptdl), rewritten here:
 
 - mutation: per job, reset to the current allocation (p = 0.1); per job (p = 0.1), zero each entry (p = 0.1); then
@@ -60,17 +60,17 @@ class _AllocationProblem(Problem):
     def __init__(self, policy: PolluxPolicy, jobs: list[JobView], cluster: Cluster, now: float) -> None:
         super().__init__(n_var=len(jobs) * cluster.num_nodes, n_obj=1, xl=0, xu=cluster.gpus_per_node, vtype=int)
         self.policy, self.cluster = policy, cluster
-        self.opts = policy.options(jobs, cluster, now)
+        self.values = policy.value_table(jobs, cluster, now)
         self.shape = (len(jobs), cluster.num_nodes)
         self.base = np.array([job.allocation for job in jobs], dtype=np.int64).reshape(self.shape)
-        self.max_gpus = np.array([opt.max_gpus for opt in self.opts], dtype=np.int64)
+        self.max_gpus = self.values.max_gpus
         self.min_gpus = np.array([job.min_gpus for job in jobs], dtype=np.int64)
 
     def states(self, x: np.ndarray) -> np.ndarray:
         return np.asarray(x, dtype=np.int64).reshape(-1, *self.shape)
 
     def _evaluate(self, x, out, *args, **kwargs) -> None:
-        out["F"] = -self.policy.evaluate(self.opts, self.states(x), self.cluster)[:, None]
+        out["F"] = -self.policy.evaluate(self.values, self.states(x))[:, None]
 
 
 class _Mutation(Mutation):

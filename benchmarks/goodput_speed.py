@@ -1,4 +1,6 @@
-"""Speed of the goodput hot path: `optimize` over 10⁴ allocations, and `speedup` calls per second.
+"""Speed of the goodput hot path: `optimize` over 10⁴ allocations, and the speedup table the Pollux policy builds
+from it for every job every round (`pollux.policies.pollux.speedup_table`: one `optimize` over K = 0…64 on one
+node and across nodes, after which any allocation's speedup is an array lookup).
 
 Run: .venv/bin/python -m benchmarks.goodput_speed
 """
@@ -11,10 +13,13 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from pollux.goodput import GoodputFunction, GradientStats, SpeedupFunction, ThroughputParams
+from pollux.goodput import GoodputFunction, GradientStats, ThroughputParams
+from pollux.policies.base import JobView
+from pollux.policies.pollux import speedup_table
 
 # Roughly cifar10's fitted constants; the timings do not depend on the values.
 PARAMS = ThroughputParams(0.017, 0.0007, 0.03, 0.0035, 0.12, 0.0026, 2.07)
+STATS = GradientStats(sqr=1.0, var=5.0)
 REPEATS = 5
 
 
@@ -29,7 +34,7 @@ def best_of(fn, repeats: int = REPEATS) -> float:
 
 def main() -> None:
     rng = np.random.default_rng(0)
-    job = GoodputFunction(PARAMS, GradientStats(sqr=1.0, var=5.0), init_batch_size=128)
+    job = GoodputFunction(PARAMS, STATS, init_batch_size=128)
     replicas = rng.integers(1, 65, 10_000)
     nodes = np.minimum(replicas, rng.integers(1, 17, 10_000))
 
@@ -45,21 +50,23 @@ def main() -> None:
             f"{1e4 / secs:,.0f}",
         )
 
-    speedup = SpeedupFunction(job, 1, 4, 4096, (32, 1024), accumulation=True)
-    calls = 100_000
-    scalar_nodes, scalar_replicas = nodes[:calls].tolist(), replicas[:calls].tolist()
-
-    def scalar_calls() -> None:
-        for i in range(calls):
-            speedup(scalar_nodes[i % 10_000], scalar_replicas[i % 10_000])
-
-    secs = best_of(scalar_calls, repeats=2)
-    table.add_row("speedup, one allocation per call", f"{calls:,}", f"{secs:.4f}", f"{calls / secs:,.0f}")
-    big_nodes, big_replicas = np.resize(nodes, calls), np.resize(replicas, calls)
-    secs = best_of(lambda: speedup(big_nodes, big_replicas))
-    table.add_row("speedup, one array call", f"{calls:,}", f"{secs:.4f}", f"{calls / secs:,.0f}")
-    secs = best_of(lambda: SpeedupFunction(job, 1, 4, 4096, (32, 1024), accumulation=True)(1, 64))
-    table.add_row("speedup table build (K ≤ 64)", "1", f"{secs:.4f}", f"{1 / secs:,.0f}")
+    view = JobView(
+        name="bench",
+        application="cifar10",
+        submit_time_s=0.0,
+        allocation=(0,) * 16,
+        num_restarts=0,
+        attained_service_gpu_s=0.0,
+        requested_gpus=1,
+        max_gpus=64,
+        init_batch_size=128,
+        max_batch_size=4096,
+        local_bsz_bounds=(32, 1024),
+        throughput_params=PARAMS,
+        grad_stats=STATS,
+    )
+    secs = best_of(lambda: speedup_table(view, 4, 64))
+    table.add_row("speedup table of one job (K ≤ 64, 2 shapes)", "1", f"{secs:.4f}", f"{1 / secs:,.0f}")
     Console(width=120).print(table)
 
 

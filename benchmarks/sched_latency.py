@@ -2,7 +2,7 @@
 
 Each round comes from `benchmarks.synthetic_jobs`: jobs drawn from the six measured models at varied progress, most
 holding what a round a minute earlier gave them, on 4-GPU nodes. `optimize` is timed whole (best and median of
-repeats); `options`, the per-job value tables it builds first, is timed apart to show where the time goes.
+repeats); `value_table`, the per-job values it builds first, is timed apart to show where the time goes.
 
 Run: .venv/bin/python -m benchmarks.sched_latency [--repeats 3] [--seed 0] [--size 1000x1024 ...]
 """
@@ -51,7 +51,15 @@ def main() -> None:
     applications()  # load and fit the six models once, outside the timings
 
     table = Table(title=f"Pollux round latency, {GPUS_PER_NODE}-GPU nodes, best / median of {args.repeats}")
-    for name in ("jobs", "GPUs", "options s", "optimize s (best)", "optimize s (median)", "jobs placed", "GPUs used"):
+    for name in (
+        "jobs",
+        "GPUs",
+        "value table s",
+        "optimize s (best)",
+        "optimize s (median)",
+        "jobs placed",
+        "GPUs used",
+    ):
         table.add_column(name, justify="right")
     for jobs_n, gpus_n in args.size or SIZES:
         cluster = Cluster(num_nodes=gpus_n // GPUS_PER_NODE, gpus_per_node=GPUS_PER_NODE)
@@ -60,12 +68,12 @@ def main() -> None:
             policy = PolluxPolicy()
             result = policy.optimize(jobs, cluster, NOW)
             validate_allocations(cluster, result.allocations, avoid_sharing=True)
-            options_s = timed(lambda: policy.options(jobs, cluster, NOW), args.repeats)  # noqa: B023
+            table_s = timed(lambda: policy.value_table(jobs, cluster, NOW), args.repeats)  # noqa: B023
             optimize_s = timed(lambda: policy.optimize(jobs, cluster, NOW), args.repeats)  # noqa: B023
         table.add_row(
             f"{jobs_n:,}",
             f"{gpus_n:,}",
-            f"{min(options_s):.4f}",
+            f"{min(table_s):.4f}",
             f"{min(optimize_s):.4f}",
             f"{statistics.median(optimize_s):.4f}",
             f"{len(result.allocations):,}",

@@ -2,7 +2,7 @@
 
 Rounds: 20+ recorded from the simulator running our Pollux on workload-1 (spread over the run, at least 10 active
 jobs each), and one synthetic round of 1,000 jobs on 1,024 GPUs (`benchmarks.synthetic_jobs`). On each, both
-searches maximize the same fitness (`PolluxPolicy.evaluate` on `PolluxPolicy.options`). The GA runs as the
+searches maximize the same fitness (`PolluxPolicy.evaluate` on `PolluxPolicy.value_table`). The GA runs as the
 artifact's (`benchmarks.ga_yardstick`): population 100, 100 generations, warm-started from its population of the
 previous round in the table (the artifact's previous round was a minute earlier; here it is further back); on the
 synthetic round it is also capped in time, and the table says how many generations it reached.
@@ -66,9 +66,9 @@ def recorded_rounds(count: int) -> list[Round]:
 
 def fitness_of(policy: PolluxPolicy, result: PolicyResult, rnd: Round) -> float:
     """`evaluate` of a result, so both searches are scored by the same code."""
-    opts = policy.options(rnd.jobs, rnd.cluster, rnd.now)
+    values = policy.value_table(rnd.jobs, rnd.cluster, rnd.now)
     states = np.array([[result.allocations.get(job.name, rnd.cluster.empty()) for job in rnd.jobs]])
-    return float(policy.evaluate(opts, states, rnd.cluster)[0])
+    return float(policy.evaluate(values, states)[0])
 
 
 def main() -> None:

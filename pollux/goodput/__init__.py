@@ -7,7 +7,6 @@ from pollux.goodput.batch import BatchConfig, BatchDecision, BatchLimits, decide
 from pollux.goodput.efficiency import GradientStats, adascale_gain, efficiency, noise_scale
 from pollux.goodput.fit import ThroughputSamples, fit_throughput, rmsle
 from pollux.goodput.function import BatchChoice, GoodputFunction
-from pollux.goodput.speedup import SpeedupFunction
 from pollux.goodput.throughput import (
     ThroughputParams,
     compute_time,
@@ -23,7 +22,6 @@ __all__ = [
     "BatchLimits",
     "GoodputFunction",
     "GradientStats",
-    "SpeedupFunction",
     "ThroughputParams",
     "ThroughputSamples",
     "adascale_gain",

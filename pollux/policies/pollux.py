@@ -15,8 +15,9 @@ interference avoidance couple the jobs. The search exploits that (the artifact u
 2. **Placement.** Kept jobs stay where they are; distributed jobs take the fullest-free nodes that host no other
    distributed job (when avoiding interference); single-node jobs go best-fit. What cannot be placed shrinks to
    the largest hole.
-3. **Fill.** Leftover GPUs go, one at a time, to whichever job gains most from growing in place.
-4. **Local search.** Moves of up to a node's worth of GPUs from one job to another, best first by the value
+3. **Fill.** Leftover GPUs go, one at a time, to whichever job gains most from growing in place
+   (`search_state.grow`, as jobs regrow in step 5, but keeping the shape step 2 placed them in).
+4. **Local search.** `Transfer`s of up to a node's worth of GPUs from one job to another, best first by the value
    tables, each re-placed, while the placed fitness improves.
 5. **Polish** (`pollux.policies.polish`). One job at a time takes a new row (GPUs on one node, more on another
    node, back where it was, or a waiting job across nodes), pushing the jobs in its way aside, which then regrow;
@@ -29,7 +30,9 @@ ends values a waiting job's start undiscounted (`discount_starts=False`, the run
 the artifact's factor is ≈ 0 (T ≈ 0 at an arrival; T < R·δ after early restarts), so the job would wait while GPUs
 idle, for no gain: it pays the restart delay whenever it starts, and waiting saves none of it.
 
-Everything is deterministic for the same inputs; nothing is random.
+Every step reads one `ValueTable` (each job's value by GPU count and shape, and of keeping its allocation) and
+builds or changes one kind of `Layout` (sparse rows, with free GPUs and distributed jobs per node kept current),
+both in `pollux.policies.search_state`. Everything is deterministic for the same inputs; nothing is random.
 """
 
 from __future__ import annotations
@@ -42,34 +45,34 @@ from typing import ClassVar
 
 import numpy as np
 
-from pollux.cluster import Allocation, Cluster, num_nodes_used
+from pollux.cluster import Cluster
 from pollux.goodput import throughput
 from pollux.policies.base import BatchOwner, JobView, Policy, PolicyResult
 from pollux.policies.placement import fixed_batch_config
-from pollux.policies.polish import JobValues, Polisher
+from pollux.policies.polish import Polisher
+from pollux.policies.search_state import Layout, Row, ValueTable, grow, sparse_row
 
 EPSILON = 1e-3
 MAX_MOVES = 50  # local-search moves per round
 MOVE_TRIES = 6  # candidate moves re-placed per step before giving up
 
 
-@dataclass
-class _Options:
-    """Per-job values of every GPU count this round (higher is better)."""
+@dataclass(frozen=True)
+class Transfer:
+    """A local-search move (step 4): `gpus` GPUs from `donor` to `taker`, then every job placed afresh."""
 
-    job: JobView
-    value: np.ndarray  # value[K]: K GPUs in the job's natural shape, restart factor applied where K ≠ current
-    alt_value: np.ndarray  # alt_value[spans, K]: K GPUs on one node (0) or across nodes (1), restart factor applied
-    keep_value: float  # value of keeping the exact current allocation (no restart); -inf when it has none
-    current: int  # GPUs held now
-    max_gpus: int
+    donor: int
+    taker: int
+    gpus: int
 
 
 def speedup_table(job: JobView, fair_gpus: int, max_gpus: int) -> np.ndarray:
     """Speedups over the fair share for K = 0…max_gpus, row 0 on one node, row 1 across nodes.
 
-    Jobs that have not run yet scale linearly (K / fair share), as the artifact assumes; jobs with a fixed batch
-    have efficiency 1 and run at their fixed per-GPU split; adaptive jobs pick their best batch per allocation.
+    Exact, not an approximation: the best goodput on an allocation depends on its node count only through N > 1
+    (T_sync has an intra-node and an inter-node form) and on its replica count K. Jobs that have not run yet scale
+    linearly (K / fair share), as the artifact assumes; jobs with a fixed batch have efficiency 1 and run at their
+    fixed per-GPU split; adaptive jobs pick their best batch per allocation.
     """
     replicas = np.arange(max(max_gpus, fair_gpus) + 1)
     if job.throughput_params is None:
@@ -137,7 +140,7 @@ class PolluxPolicy(Policy):
             return np.log(x)
         return np.sign(self.p) * x**self.p
 
-    def fitness(self, utilities: Sequence[float]) -> float:
+    def fitness(self, utilities: Sequence[float] | np.ndarray) -> float:
         """The power mean itself, from the per-job terms."""
         mean = float(np.mean(utilities))
         if self.p == 0:
@@ -154,51 +157,32 @@ class PolluxPolicy(Policy):
             return 1.0  # no restart cost and no age: nothing to weigh
         return max(age - job.num_restarts * self.restart_delay_s, 0.0) / (age + self.restart_delay_s)
 
-    def options(self, jobs: Sequence[JobView], cluster: Cluster, now: float) -> list[_Options]:
-        """Value tables of every job (see the module docstring)."""
-        gpn = cluster.gpus_per_node
+    def value_table(self, jobs: Sequence[JobView], cluster: Cluster, now: float) -> ValueTable:
+        """Every job's values this round (see the module docstring): the power mean's terms, restart factor
+        applied, and the value of keeping the current allocation without it."""
         fair = max(1, math.ceil(cluster.num_gpus / len(jobs)))
         scale = cluster.num_nodes / cluster.num_gpus
-        result = []
-        for job in jobs:
+        current = [sparse_row(job.allocation) for job in jobs]
+        tables, keep = [], []
+        for job, row in zip(jobs, current, strict=True):
             top = max(0, min(job.max_gpus, cluster.num_gpus))
             table = speedup_table(job, fair, top)
-            factor = self.realloc_factor(job, now)
-            alt_value = self.utility(scale * table * factor)
+            values = self.utility(scale * table * self.realloc_factor(job, now))
             if job.min_gpus > 0:
-                alt_value[:, 1 : min(job.min_gpus, top + 1)] = -np.inf
-            value = np.where(np.arange(top + 1) <= gpn, alt_value[0], alt_value[1])
-            current = sum(job.allocation)
-            keep = -np.inf
-            if 0 < current <= top:
-                spans = 1 if num_nodes_used(job.allocation) > 1 else 0
-                keep = float(self.utility(scale * table[spans, current]))
-            result.append(_Options(job, value, alt_value, keep, current, top))
-        return result
+                values[:, 1 : min(job.min_gpus, top + 1)] = -np.inf
+            tables.append(values)
+            gpus = sum(row.values())
+            keep.append(float(self.utility(scale * table[int(len(row) > 1), gpus])) if 0 < gpus <= top else -np.inf)
+        return ValueTable(tables, keep, current, [job.allocation for job in jobs], cluster)
 
-    def evaluate(self, opts: Sequence[_Options], states: np.ndarray, cluster: Cluster) -> np.ndarray:
+    def evaluate(self, values: ValueTable, states: np.ndarray) -> np.ndarray:
         """Fitness of many candidate allocation matrices at once: `states` (P, J, nodes) → (P,).
 
         The one fitness every search is judged by (ours, and the genetic-algorithm yardstick in benchmarks/);
-        node capacity and interference are the caller's to enforce (see `feasible`).
+        node capacity and interference are the caller's to enforce (see `feasible`); a job over its GPU bound
+        makes a matrix worthless.
         """
-        states = np.asarray(states)
-        gpus = states.sum(axis=2)
-        spans = np.count_nonzero(states, axis=2) > 1
-        values = np.empty(gpus.shape)
-        for j, opt in enumerate(opts):
-            k = np.minimum(gpus[:, j], opt.max_gpus)
-            values[:, j] = opt.value[k]
-            natural_multi = k > cluster.gpus_per_node
-            off_shape = spans[:, j] != natural_multi
-            if np.any(off_shape & (k > 0)):  # e.g. 2 GPUs as 1+1: evaluate with the shape actually used
-                table_row = np.where(spans[:, j], 1, 0)
-                values[:, j] = np.where(off_shape & (k > 0), opt.alt_value[table_row, k], values[:, j])
-            current = np.asarray(opt.job.allocation)
-            if opt.current > 0:
-                kept = np.all(states[:, j, :] == current, axis=1)
-                values[:, j] = np.where(kept, opt.keep_value, values[:, j])
-        return np.array([self.fitness(row) for row in values])
+        return np.array([self.fitness(row) for row in values.evaluate(states)])
 
     def feasible(self, states: np.ndarray, cluster: Cluster) -> np.ndarray:
         """Which candidate matrices keep node capacity and (when avoiding interference) one distributed job per
@@ -214,68 +198,54 @@ class PolluxPolicy(Policy):
     def optimize(self, jobs: Sequence[JobView], cluster: Cluster, now: float) -> PolicyResult:
         if not jobs:
             return PolicyResult({})
-        opts = self.options(jobs, cluster, now)
-        counts = self._counts(opts, cluster)
-        allocations = self._polish(opts, self._improve(opts, self._layout(opts, counts, cluster), cluster), cluster)
-        placed = {o.job.name: a for o, a in zip(opts, allocations, strict=True) if sum(a) > 0}
+        values = self.value_table(jobs, cluster, now)
+        layout = self._layout(values, self._counts(values, jobs))
+        layout = self._polish(values, self._improve(values, layout))
+        placed = {job.name: layout.allocation(j) for j, job in enumerate(jobs) if layout.gpus[j] > 0}
         reasons = {
-            o.job.name: f"waiting: the fittest allocation of {cluster.num_gpus} GPUs among {len(jobs)} jobs gives "
-            "it none"
-            for o in opts
-            if o.job.name not in placed
+            job.name: f"waiting: the fittest allocation of {cluster.num_gpus} GPUs among {len(jobs)} jobs gives it none"
+            for job in jobs
+            if job.name not in placed
         }
-        values = [self._value(o, a) for o, a in zip(opts, allocations, strict=True)]
-        return PolicyResult(placed, reasons, info={"fitness": self.fitness(values)})
+        return PolicyResult(placed, reasons, info={"fitness": self.fitness(layout.value)})
 
-    def _polish(self, opts: list[_Options], allocs: list[Allocation], cluster: Cluster) -> list[Allocation]:
+    def _polish(self, values: ValueTable, layout: Layout) -> Layout:
         """Step 5, from two starts: the allocation so far and the current one (the fitter result wins)."""
-        jobs = [JobValues(o.alt_value, o.keep_value, o.job.allocation) for o in opts]
-        polisher = Polisher(jobs, cluster.gpus_per_node, self.avoid_interference)
-        starts = [allocs]
-        if all(len(o.job.allocation) == cluster.num_nodes for o in opts):
-            starts.append([o.job.allocation for o in opts])
-        best, best_value = allocs, -np.inf
+        polisher = Polisher(self.avoid_interference)
+        starts = [layout]
+        if all(len(a) == values.num_nodes for a in values.allocations):
+            starts.append(Layout(values, values.current))
+        best, best_value = layout, -np.inf
         for start in starts:
-            polished = [tuple(row) for row in polisher.run(np.array(start)).tolist()]
-            value = sum(self._value(o, a) for o, a in zip(opts, polished, strict=True))
+            polisher.run(start)
+            value = start.total()
             if value > best_value + 1e-12:
-                best, best_value = polished, value
+                best, best_value = start, value
         return best
 
-    def _value(self, opt: _Options, alloc: Allocation) -> float:
-        if alloc == opt.job.allocation and opt.current > 0:
-            return opt.keep_value
-        if sum(alloc) > opt.max_gpus:
-            return -np.inf
-        return float(opt.alt_value[int(num_nodes_used(alloc) > 1), sum(alloc)])
-
-    def _option_value(self, opt: _Options, gpus: int) -> float:
-        """Best value of `gpus` GPUs: keeping the current allocation when the count is unchanged."""
-        value = float(opt.value[gpus])
-        return max(value, opt.keep_value) if gpus == opt.current else value
-
-    def _best_step(self, opt: _Options, have: int, budget: int) -> tuple[float, int]:
+    def _best_step(self, values: ValueTable, job: int, have: int, budget: int) -> tuple[float, int]:
         """Best gain per GPU over every larger count within `budget` more GPUs: (ratio, new count)."""
-        top = min(opt.max_gpus, have + budget)
+        top = min(int(values.max_gpus[job]), have + budget)
         if top <= have:
             return -np.inf, have
-        candidates = opt.value[have + 1 : top + 1].copy()
-        if have < opt.current <= top:
-            candidates[opt.current - have - 1] = max(candidates[opt.current - have - 1], opt.keep_value)
-        gains = (candidates - self._option_value(opt, have)) / np.arange(1, top - have + 1)
+        candidates = values.natural[job, have + 1 : top + 1].copy()
+        current = int(values.current_gpus[job])
+        if have < current <= top:
+            candidates[current - have - 1] = max(candidates[current - have - 1], values.keep[job])
+        gains = (candidates - values.by_count(job, have)) / np.arange(1, top - have + 1)
         best = int(np.argmax(gains))
         return float(gains[best]), have + best + 1
 
-    def _counts(self, opts: list[_Options], cluster: Cluster) -> list[int]:
+    def _counts(self, values: ValueTable, jobs: Sequence[JobView]) -> np.ndarray:
         """Greedy GPU counts on the upper concave envelope of each job's values; ties go to the job listed first
         among the least-served (the artifact orders jobs by attained service, then age)."""
-        order = sorted(range(len(opts)), key=lambda i: (opts[i].job.attained_service_gpu_s, opts[i].job.submit_time_s))
+        order = sorted(range(len(jobs)), key=lambda i: (jobs[i].attained_service_gpu_s, jobs[i].submit_time_s))
         rank = {i: r for r, i in enumerate(order)}
-        counts = [0] * len(opts)
-        free = cluster.num_gpus
+        counts = np.zeros(len(jobs), dtype=np.int64)
+        free = values.num_nodes * values.gpus_per_node
         heap = []
-        for i, opt in enumerate(opts):
-            ratio, target = self._best_step(opt, 0, free)
+        for i in range(len(jobs)):
+            ratio, target = self._best_step(values, i, 0, free)
             if ratio > 0:
                 heap.append((-ratio, rank[i], i, target))
         heapq.heapify(heap)
@@ -283,170 +253,114 @@ class PolluxPolicy(Policy):
             _, r, i, target = heapq.heappop(heap)
             need = target - counts[i]
             if need > free:  # stale: the budget shrank since this step was computed
-                ratio, target = self._best_step(opts[i], counts[i], free)
+                ratio, target = self._best_step(values, i, int(counts[i]), free)
                 if ratio > 0:
                     heapq.heappush(heap, (-ratio, r, i, target))
                 continue
             counts[i] = target
             free -= need
-            ratio, target = self._best_step(opts[i], counts[i], free)
+            ratio, target = self._best_step(values, i, int(counts[i]), free)
             if ratio > 0:
                 heapq.heappush(heap, (-ratio, r, i, target))
         return counts
 
-    def _layout(self, opts: list[_Options], counts: list[int], cluster: Cluster) -> list[Allocation]:
-        allocations = self._place(opts, counts, cluster)
-        self._fill(opts, allocations, cluster)
-        return allocations
+    def _layout(self, values: ValueTable, counts: np.ndarray) -> Layout:
+        """Steps 2 and 3: place the counts, then hand what is left to whichever job gains most, in the shape it was
+        placed in."""
+        layout = self._place(values, counts)
+        grow(layout, range(values.num_jobs), self.avoid_interference, reshape=False)
+        return layout
 
-    def _improve(self, opts: list[_Options], allocs: list[Allocation], cluster: Cluster) -> list[Allocation]:
+    def _improve(self, values: ValueTable, layout: Layout) -> Layout:
         """Local search: move d ≤ GPUs-per-node GPUs from one job to another while the fitness improves.
 
         The best moves by the value tables alone (separable, so all pairs at once) are tried in order, each
         re-placed; the first that really improves the placed fitness is taken. Stops when none does, or after
         `MAX_MOVES`."""
-        values = np.full((len(opts), cluster.num_gpus + 2), -np.inf)
-        for j, opt in enumerate(opts):
-            values[j, : opt.max_gpus + 1] = opt.value
-            if opt.current > 0:
-                values[j, opt.current] = max(values[j, opt.current], opt.keep_value)
-        rows = np.arange(len(opts))
-        best = sum(self._value(o, a) for o, a in zip(opts, allocs, strict=True))
+        by_count = values.natural.copy()
+        for j in np.flatnonzero(values.current_gpus < by_count.shape[1]).tolist():
+            current = values.current_gpus[j]
+            if current > 0:
+                by_count[j, current] = max(by_count[j, current], values.keep[j])
+        rows = np.arange(values.num_jobs)
+        best = layout.total()
         for _ in range(MAX_MOVES):
-            counts = np.array([sum(a) for a in allocs])
-            here = values[rows, counts]
-            candidates = []
-            for d in range(1, cluster.gpus_per_node + 1):
-                loss = np.where(counts >= d, here - values[rows, np.maximum(counts - d, 0)], np.inf)
-                gain = values[rows, np.minimum(counts + d, values.shape[1] - 1)] - here
+            counts = layout.gpus.copy()
+            here = by_count[rows, counts]
+            candidates: list[tuple[float, Transfer]] = []
+            for d in range(1, values.gpus_per_node + 1):
+                loss = np.where(counts >= d, here - by_count[rows, np.maximum(counts - d, 0)], np.inf)
+                gain = by_count[rows, np.minimum(counts + d, by_count.shape[1] - 1)] - here
                 donors, takers = np.argsort(loss)[:3], np.argsort(-gain)[:3]
                 candidates += [
-                    (gain[b] - loss[a], a, b, d) for a in donors for b in takers if a != b and gain[b] > loss[a]
+                    (gain[b] - loss[a], Transfer(int(a), int(b), d))
+                    for a in donors
+                    for b in takers
+                    if a != b and gain[b] > loss[a]
                 ]
+            candidates.sort(key=lambda c: (c[0], c[1].donor, c[1].taker, c[1].gpus), reverse=True)
             moved = False
-            for _, a, b, d in sorted(candidates, reverse=True)[:MOVE_TRIES]:
-                trial = counts.tolist()
-                trial[a] -= d
-                trial[b] += d
-                layout = self._layout(opts, trial, cluster)
-                total = sum(self._value(o, x) for o, x in zip(opts, layout, strict=True))
+            for _, move in candidates[:MOVE_TRIES]:
+                trial = counts.copy()
+                trial[move.donor] -= move.gpus
+                trial[move.taker] += move.gpus
+                candidate = self._layout(values, trial)
+                total = candidate.total()
                 if total > best + 1e-12:
-                    allocs, best, moved = layout, total, True
+                    layout, best, moved = candidate, total, True
                     break
             if not moved:
                 break
-        return allocs
+        return layout
 
-    def _place(self, opts: list[_Options], counts: list[int], cluster: Cluster) -> list[Allocation]:
-        """Turn counts into per-node allocations; shrink what cannot be placed."""
-        gpn, n = cluster.gpus_per_node, cluster.num_nodes
-        free = [gpn] * n
-        distributed = [False] * n
-        allocs: list[Allocation] = [cluster.empty()] * len(opts)
-
-        def take(i: int, alloc: Allocation) -> None:
-            allocs[i] = alloc
-            spans = num_nodes_used(alloc) > 1
-            for node, g in enumerate(alloc):
-                free[node] -= g
-                distributed[node] |= spans and g > 0
-
-        def fits(alloc: Allocation) -> bool:
-            spans = num_nodes_used(alloc) > 1
-            return all(
-                g <= free[node] and not (spans and self.avoid_interference and distributed[node] and g > 0)
-                for node, g in enumerate(alloc)
-            )
-
+    def _place(self, values: ValueTable, counts: np.ndarray) -> Layout:
+        """Step 2: counts to GPUs per node; what cannot be placed shrinks to the largest hole."""
+        layout = Layout(values)
         pending = []
-        for i, opt in enumerate(opts):  # kept jobs first, where they are
-            if counts[i] == opt.current > 0 and fits(opt.job.allocation):
-                take(i, opt.job.allocation)
-            elif counts[i] > 0:
+        for i, count in enumerate(counts.tolist()):  # kept jobs first, where they are
+            if count == values.current_gpus[i] > 0 and self._fits(layout, values.current[i]):
+                layout.set(i, values.current[i])
+            elif count > 0:
                 pending.append(i)
         pending.sort(key=lambda i: -counts[i])
         for i in pending:
-            alloc = self._spread(counts[i], free, distributed) if counts[i] > gpn else None
-            if alloc is None:
-                alloc = self._single(min(counts[i], gpn), free, distributed)
-            if alloc is not None and self._option_value(opts[i], sum(alloc)) > self._option_value(opts[i], 0):
-                take(i, alloc)
-        return allocs
+            row = self._spread(layout, int(counts[i])) if counts[i] > values.gpus_per_node else None
+            if row is None:
+                row = self._single(layout, min(int(counts[i]), values.gpus_per_node))
+            if row is not None and values.by_count(i, sum(row.values())) > values.by_count(i, 0):
+                layout.set(i, row)
+        return layout
 
-    def _spread(self, gpus: int, free: list[int], distributed: list[bool]) -> Allocation | None:
+    def _fits(self, layout: Layout, row: Row) -> bool:
+        spans = len(row) > 1
+        return all(
+            g <= layout.free[n] and not (spans and self.avoid_interference and layout.spanning[n] > 0)
+            for n, g in row.items()
+        )
+
+    def _spread(self, layout: Layout, gpus: int) -> Row | None:
         """Across nodes that host no other distributed job, fullest-free first (so as few nodes as possible)."""
-        eligible = [nd for nd in range(len(free)) if free[nd] > 0 and not (self.avoid_interference and distributed[nd])]
-        eligible.sort(key=lambda nd: (-free[nd], nd))
-        alloc = [0] * len(free)
-        left = gpus
-        for nd in eligible:
-            if left == 0:
-                break
-            alloc[nd] = min(free[nd], left)
-            left -= alloc[nd]
-        return None if left else tuple(alloc)
+        free = layout.free
+        eligible = free > 0
+        if self.avoid_interference:
+            eligible &= layout.spanning == 0
+        nodes = np.flatnonzero(eligible)
+        nodes = nodes[np.lexsort((nodes, -free[nodes]))]
+        taken = np.cumsum(free[nodes])
+        if taken.size == 0 or taken[-1] < gpus:
+            return None
+        last = int(np.searchsorted(taken, gpus))
+        row = dict(zip(nodes[:last].tolist(), free[nodes[:last]].tolist(), strict=True))
+        row[int(nodes[last])] = gpus - int(taken[last - 1] if last else 0)
+        return row
 
     @staticmethod
-    def _single(gpus: int, free: list[int], distributed: list[bool]) -> Allocation | None:
+    def _single(layout: Layout, gpus: int) -> Row | None:
         """Best fit on one node; if no node has `gpus` free, the largest hole."""
-        fitting = [nd for nd in range(len(free)) if free[nd] >= gpus]
-        if fitting:
-            node = min(fitting, key=lambda nd: (free[nd], nd))
-        else:
-            node = max(range(len(free)), key=lambda nd: (free[nd], -nd))
-            gpus = free[node]
-        if gpus <= 0:
-            return None
-        alloc = [0] * len(free)
-        alloc[node] = gpus
-        return tuple(alloc)
-
-    def _fill(self, opts: list[_Options], allocs: list[Allocation], cluster: Cluster) -> None:
-        """Hand leftover GPUs out, best gain per GPU first: a job grows on the nodes it uses (a distributed job
-        also onto nodes that host no other distributed job); a job without GPUs starts on the freest node."""
-        n = cluster.num_nodes
-        free = [cluster.gpus_per_node - sum(a[nd] for a in allocs) for nd in range(n)]
-        while sum(free) > 0:
-            owner = [-1] * n  # the distributed job on each node, if any
-            for i, alloc in enumerate(allocs):
-                if num_nodes_used(alloc) > 1:
-                    for nd, g in enumerate(alloc):
-                        if g:
-                            owner[nd] = i
-            best: tuple[float, int, Allocation] | None = None
-            for i, (opt, alloc) in enumerate(zip(opts, allocs, strict=True)):
-                room = opt.max_gpus - sum(alloc)
-                if room <= 0:
-                    continue
-                for grown in self._growths(alloc, i, free, owner, room):
-                    extra = sum(grown) - sum(alloc)
-                    gain = (self._value(opt, grown) - self._value(opt, alloc)) / extra
-                    if gain > 0 and (best is None or gain > best[0]):
-                        best = (gain, i, grown)
-            if best is None:
-                return
-            _, i, grown = best
-            for nd in range(n):
-                free[nd] -= grown[nd] - allocs[i][nd]
-            allocs[i] = grown
-
-    def _growths(self, alloc: Allocation, job: int, free: list[int], owner: list[int], room: int):
-        """Allocations reachable by adding 1…`room` GPUs without breaking a placement rule (see `_fill`)."""
-        used = [nd for nd, g in enumerate(alloc) if g]
-        if len(used) > 1:  # distributed: its own nodes first, then nodes no other distributed job holds
-            others = [
-                nd for nd in range(len(free)) if nd not in used and (owner[nd] == -1 or not self.avoid_interference)
-            ]
-            nodes = sorted(used, key=lambda nd: -free[nd]) + sorted(others, key=lambda nd: (-free[nd], nd))
-        elif used:
-            nodes = used
-        else:
-            nodes = [max(range(len(free)), key=lambda nd: (free[nd], -nd))]
-        grown = list(alloc)
-        for nd in nodes:
-            for _ in range(free[nd]):
-                if room == 0:
-                    return
-                grown[nd] += 1
-                room -= 1
-                yield tuple(grown)
+        free = layout.free
+        fitting = np.where(free >= gpus, free, np.iinfo(np.int64).max)
+        node = int(np.argmin(fitting))
+        if free[node] < gpus:
+            node = int(np.argmax(free))
+            gpus = int(free[node])
+        return {node: gpus} if gpus > 0 else None

@@ -1,9 +1,9 @@
-"""Goodput, batch-size choice and speedup: bounds always hold, the choice follows the noise scale."""
+"""Goodput and batch-size choice: bounds always hold, the choice follows the noise scale."""
 
 import numpy as np
 import pytest
 
-from pollux.goodput import GoodputFunction, GradientStats, SpeedupFunction, ThroughputParams
+from pollux.goodput import GoodputFunction, GradientStats, ThroughputParams
 
 PARAMS = ThroughputParams(
     alpha_c=0.02, beta_c=0.0008, alpha_r=0.03, beta_r=0.003, alpha_n=0.12, beta_n=0.003, gamma=2.0
@@ -57,22 +57,6 @@ def test_batch_size_grows_when_the_noise_scale_grows():
 def test_optimize_keeps_the_input_shape():
     choice = job().optimize(np.ones((3, 4), dtype=int), np.arange(1, 13).reshape(3, 4), 4096, (16, 512))
     assert choice.goodput.shape == choice.local_bsz.shape == choice.accum_steps.shape == (3, 4)
-
-
-def test_speedup_is_one_on_the_fair_share_and_matches_optimize():
-    fn = job()
-    speedup = SpeedupFunction(fn, base_nodes=1, base_replicas=4, max_batch_size=4096, local_bsz_bounds=(32, 256))
-    assert speedup(1, 4) == pytest.approx(1.0)
-    assert speedup(1, 0) == 0.0
-    nodes, replicas = np.array([1, 2, 3, 8]), np.array([2, 8, 12, 100])
-    direct = fn.optimize(nodes, replicas, 4096, (32, 256)).goodput / speedup.base_goodput
-    np.testing.assert_allclose(speedup(nodes, replicas), direct)
-
-
-def test_speedup_depends_on_node_count_only_through_crossing_nodes():
-    speedup = SpeedupFunction(job(), 1, 4, 4096, (32, 256))
-    assert speedup(2, 8) == pytest.approx(speedup(5, 8))
-    assert speedup(2, 8) < speedup(1, 8)
 
 
 def test_optimize_fills_the_per_gpu_batch_when_a_step_has_a_large_fixed_cost():

@@ -6,50 +6,15 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from policy_jobs import PARAMS, run_rounds, view
+from policy_jobs import PARAMS, run_rounds
+from pollux_jobs import CLUSTER, NOW, job, random_job, scenarios
 
 from pollux.cluster import Cluster, num_nodes_used, validate_allocations
 from pollux.goodput import GradientStats
 from pollux.policies.base import JobView
 from pollux.policies.pollux import PolluxPolicy, speedup_table
 
-CLUSTER = Cluster(num_nodes=2, gpus_per_node=4)
 SLOW_SYNC = replace(PARAMS, alpha_r=2.0, alpha_n=4.0)  # sync dwarfs compute: more GPUs barely help
-NOW = 3600.0
-
-
-def job(name: str, cluster: Cluster = CLUSTER, **fields) -> JobView:
-    """An adaptive job (picks its own batch) with a fitted model and gradient statistics (noise scale 640)."""
-    base = view(name, num_nodes=cluster.num_nodes, params=PARAMS, batch_size=None)
-    return replace(base, **{"grad_stats": GradientStats(sqr=1.0, var=5.0), **fields})
-
-
-def random_job(rng: np.random.Generator, name: str, cluster: Cluster) -> JobView:
-    """Mostly adaptive jobs; some without a model yet, some with a fixed batch or a minimum; inter-node sync from
-    cheap (spreading pays, so distributed jobs compete for nodes) to dear."""
-    adaptive = rng.random() < 0.8
-    return job(
-        name,
-        cluster,
-        submit_time_s=float(rng.uniform(0, 240)),  # run_rounds starts at 0 s, 60 s a round
-        num_restarts=int(rng.integers(0, 4)),
-        attained_service_gpu_s=float(rng.uniform(0, 1e4)),
-        max_gpus=int(rng.integers(1, 2 * cluster.num_gpus + 1)),
-        min_gpus=int(rng.choice([0, 0, 0, 2])),
-        batch_size=None if adaptive else int(rng.choice([128, 512, 2048])),
-        throughput_params=None
-        if rng.random() < 0.2
-        else replace(PARAMS, beta_r=float(rng.uniform(0, 0.05)), alpha_n=float(rng.uniform(0.005, 0.3))),
-        grad_stats=GradientStats(sqr=1.0, var=float(rng.uniform(0.1, 50))),
-    )
-
-
-def scenarios(seed: int, count: int, max_jobs: int = 12):
-    rng = np.random.default_rng(seed)
-    for _ in range(count):
-        cluster = Cluster(num_nodes=int(rng.integers(1, 7)), gpus_per_node=int(rng.integers(1, 7)))
-        jobs = [random_job(rng, f"job-{i}", cluster) for i in range(int(rng.integers(1, max_jobs + 1)))]
-        yield cluster, jobs, int(rng.integers(0, 2**31))
 
 
 def gpus(result, name: str) -> int:
@@ -100,14 +65,14 @@ def test_the_reported_fitness_is_what_evaluate_gives_and_beats_random_feasible_a
     for cluster, jobs, _ in scenarios(5, 20):
         policy = PolluxPolicy()
         result = policy.optimize(jobs, cluster, NOW)
-        opts = policy.options(jobs, cluster, NOW)
-        ours = policy.evaluate(opts, states_of(result, jobs, cluster), cluster)[0]
+        values = policy.value_table(jobs, cluster, NOW)
+        ours = policy.evaluate(values, states_of(result, jobs, cluster))[0]
         assert ours == pytest.approx(result.info["fitness"], rel=1e-9)
         alternatives = rng.integers(0, cluster.gpus_per_node + 1, (400, len(jobs), cluster.num_nodes))
         alternatives *= rng.random(alternatives.shape) < 1.5 / len(jobs)  # each node split among ~1.5 jobs
         alternatives = alternatives[policy.feasible(alternatives, cluster)]
         bounded = np.all(alternatives.sum(axis=2) <= [j.max_gpus for j in jobs], axis=1)
-        assert np.all(policy.evaluate(opts, alternatives[bounded], cluster) <= ours + 1e-12)
+        assert np.all(policy.evaluate(values, alternatives[bounded]) <= ours + 1e-12)
         compared += int(bounded.sum())
     assert compared > 500
 
@@ -127,13 +92,13 @@ def test_the_search_reaches_the_exhaustive_optimum_on_small_rounds(seed):
             for j in jobs
         ]
         result = policy.optimize(jobs, cluster, NOW + 60)
-        opts = policy.options(jobs, cluster, NOW + 60)
+        values = policy.value_table(jobs, cluster, NOW + 60)
         rows = list(itertools.product(range(cluster.gpus_per_node + 1), repeat=cluster.num_nodes))
         states = np.array(list(itertools.product(rows, repeat=len(jobs))))
         states = states[policy.feasible(states, cluster)]
-        states = states[np.all(states.sum(axis=2) <= [o.max_gpus for o in opts], axis=1)]
-        best = policy.evaluate(opts, states, cluster).max()
-        assert policy.evaluate(opts, states_of(result, jobs, cluster), cluster)[0] >= best - 1e-12
+        states = states[np.all(states.sum(axis=2) <= values.max_gpus, axis=1)]
+        best = policy.evaluate(values, states).max()
+        assert policy.evaluate(values, states_of(result, jobs, cluster))[0] >= best - 1e-12
 
 
 def test_a_job_whose_speedup_scales_better_gets_more_gpus():
@@ -164,9 +129,9 @@ def test_each_exponent_wins_its_own_power_mean_and_the_exponent_matters():
         fair = fair_policy.optimize(jobs, cluster, NOW)
         greedy = greedy_policy.optimize(jobs, cluster, NOW)
         for policy in (fair_policy, greedy_policy):
-            opts = policy.options(jobs, cluster, NOW)
+            values = policy.value_table(jobs, cluster, NOW)
             states = np.array([[r.allocations.get(j.name, cluster.empty()) for j in jobs] for r in (fair, greedy)])
-            own, other = policy.evaluate(opts, states, cluster)
+            own, other = policy.evaluate(values, states)
             if policy is greedy_policy:
                 own, other = other, own
             assert own >= other - 1e-9
