@@ -20,7 +20,7 @@ from rich.table import Table
 
 from benchmarks.synthetic_jobs import applications, synthetic_round
 from pollux.cluster import Cluster, validate_allocations
-from pollux.policies.pollux import PolluxPolicy
+from pollux.policies.registry import make_policy
 
 SIZES = ((20, 64), (100, 256), (1000, 1024), (5000, 4096))
 GPUS_PER_NODE = 4
@@ -65,7 +65,7 @@ def main() -> None:
         cluster = Cluster(num_nodes=gpus_n // GPUS_PER_NODE, gpus_per_node=GPUS_PER_NODE)
         with console.status(f"{jobs_n} jobs on {gpus_n} GPUs"):
             jobs = synthetic_round(jobs_n, cluster, np.random.default_rng(args.seed), NOW)
-            policy = PolluxPolicy()
+            policy = make_policy("pollux")
             result = policy.optimize(jobs, cluster, NOW)
             validate_allocations(cluster, result.allocations, avoid_sharing=True)
             table_s = timed(lambda: policy.value_table(jobs, cluster, NOW), args.repeats)  # noqa: B023

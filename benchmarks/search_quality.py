@@ -27,6 +27,7 @@ from benchmarks.synthetic_jobs import applications, synthetic_round
 from pollux.cluster import Cluster, validate_allocations
 from pollux.policies.base import JobView, PolicyResult
 from pollux.policies.pollux import PolluxPolicy
+from pollux.policies.registry import make_policy
 from pollux.sim.measured import load_measured_models
 from pollux.sim.run import SimConfig, simulate
 from pollux.sim.workload import read_workload
@@ -88,7 +89,7 @@ def main() -> None:
             Round("synthetic", tuple(synthetic_round(1000, big, np.random.default_rng(args.seed))), big, 36000)
         )
 
-    policy = PolluxPolicy()
+    policy = make_policy("pollux")
     ga = ArtifactGA(policy)
     ga.search(rounds[0].jobs, rounds[0].cluster, rounds[0].now, np.random.default_rng(args.seed))  # warm up pymoo
     ga = ArtifactGA(policy)

@@ -22,7 +22,7 @@ from pollux.calibration import profile_samples
 from pollux.cluster import Cluster
 from pollux.goodput import ThroughputParams, fit_throughput
 from pollux.policies.base import JobView
-from pollux.policies.pollux import PolluxPolicy
+from pollux.policies.registry import make_policy
 from pollux.sim.measured import MeasuredJobModel, load_measured_models
 
 MAX_ELASTIC_GPUS = 64  # the artifact's simulator caps an elastic job at 64 GPUs
@@ -90,7 +90,7 @@ def random_job(rng: np.random.Generator, name: str, now: float, cluster: Cluster
 def synthetic_round(num_jobs: int, cluster: Cluster, rng: np.random.Generator, now: float = 36000.0) -> list[JobView]:
     """`num_jobs` active jobs at `now`, most of them holding the GPUs a Pollux round gave them a minute ago."""
     jobs = [random_job(rng, f"job-{i}", now, cluster) for i in range(num_jobs)]
-    previous = PolluxPolicy().optimize(jobs, cluster, now - 60.0)
+    previous = make_policy("pollux").optimize(jobs, cluster, now - 60.0)
     jobs = [replace(job, allocation=previous.allocations.get(job.name, job.allocation)) for job in jobs]
     leaving = set(rng.choice(num_jobs, size=int(TURNOVER * num_jobs), replace=False).tolist())
     arrived = [random_job(rng, f"job-{num_jobs + i}", now, cluster, new=True) for i in range(len(leaving))]
