@@ -480,13 +480,7 @@ class Service:
         job = self._jobs.get(name)
         if job is not None and job.report is not None:
             return job.report
-        stored = self.store.report(name)
-        if stored is None:
-            return None
-        try:
-            return JobReport.from_json_dict(stored, f"stored report of {name}")
-        except ReportError:
-            return None
+        return self.store.report_of(name)
 
     def _log_tail(self, name: str) -> str:
         return joblog.tail(self.config.log_dir(name), LOG_TAIL_LINES)

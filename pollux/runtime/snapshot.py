@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any, cast
 
 from pollux.agent.report import JobReport
-from pollux.errors import ReportError
 from pollux.runtime.api import job_row
 from pollux.runtime.service import Service
 from pollux.runtime.store import StateStore
@@ -23,13 +22,7 @@ class _StoredService:
         self.store = store
 
     def report(self, name: str) -> JobReport | None:
-        stored = self.store.report(name)
-        if stored is None:
-            return None
-        try:
-            return JobReport.from_json_dict(stored, f"stored report of {name}")
-        except ReportError:
-            return None
+        return self.store.report_of(name)
 
     def reason(self, name: str) -> str:
         history = self.store.history(name)

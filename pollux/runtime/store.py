@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from pollux.errors import SpecError, UnknownJobError
+from pollux.agent.report import JobReport
+from pollux.errors import ReportError, SpecError, UnknownJobError
 from pollux.runtime.launcher import WorkerInfo
 from pollux.runtime.spec import JobSpec
 from pollux.runtime.status import FINAL, JobEvent, JobStatus, next_status
@@ -236,6 +237,16 @@ class StateStore:
         with self._lock:
             row = self._db.execute("SELECT report FROM reports WHERE job = ?", (name,)).fetchone()
         return None if row is None else json.loads(row["report"])
+
+    def report_of(self, name: str) -> JobReport | None:
+        """The job's last stored agent report, or None (none yet, or one this version cannot read)."""
+        stored = self.report(name)
+        if stored is None:
+            return None
+        try:
+            return JobReport.from_json_dict(stored, f"stored report of {name}")
+        except ReportError:
+            return None
 
     def history(self, name: str) -> list[tuple[float, str, str]]:
         with self._lock:

@@ -73,6 +73,16 @@ def write_spec(folder: Path, name: str, args: str = "", **fields: object) -> Pat
     return path
 
 
+class Clock:
+    """The service's clock, moved only by the test."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def wait_for(condition: Callable[[], object], timeout: float = 60.0, what: str = "condition") -> object:
     """Poll until `condition()` is truthy; fail with `what` after `timeout` seconds."""
     deadline = time.monotonic() + timeout

@@ -11,18 +11,10 @@ from pathlib import Path
 
 import pytest
 from fake_launcher import FakeLauncher
-from runtime_jobs import write_spec
+from runtime_jobs import Clock, write_spec
 
 from pollux.runtime.service import Service, ServiceConfig
 from pollux.runtime.spec import load_spec
-
-
-class Clock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture()

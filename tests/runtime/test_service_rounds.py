@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from runtime_jobs import write_spec
+from runtime_jobs import Clock, write_spec
 
 from pollux.engine import Decision
 from pollux.runtime.local import LocalLauncher
@@ -61,16 +61,6 @@ IDLE_JOB = textwrap.dedent(
         time.sleep(0.05)
     """
 )
-
-
-class Clock:
-    """The service's clock, moved only by the test."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture()
