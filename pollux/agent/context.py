@@ -514,8 +514,9 @@ class AgentContext:
             with contextlib.suppress(ValueError):  # not the main thread
                 signal.signal(signal.SIGTERM, self._previous_sigterm)
             self._previous_sigterm = None
-        if self.model is not None:
-            self.model.detach_agent()
+        model = self.model
+        if model is not None:
+            model.detach_agent()
         self.model = self.loader = None  # the loader refers back to this agent: no cycle may keep the model alive
         if _CURRENT.get() is self:
             _CURRENT.set(None)
@@ -524,3 +525,5 @@ class AgentContext:
                 dist.barrier()
             dist.destroy_process_group()
             self._owns_group = False
+            if model is not None:
+                model.release_process_group()  # the group ends now, not in the interpreter's teardown

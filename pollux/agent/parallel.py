@@ -138,6 +138,15 @@ class AdaptiveDataParallel(DistributedDataParallel):
             self.lr_scheduler.__class__ = self._scheduler_class
             self._scheduler_class = None
 
+    def release_process_group(self) -> None:
+        """Called by `agent.close()` once the process group is destroyed: drop DDP's own references to it (its
+        reducer and logger hold it), so the C++ group and gloo's threads end now, while Python runs, and not in
+        the interpreter's final teardown. The model still runs forward passes without gradients synchronised."""
+        for name in ("reducer", "logger", "process_group"):
+            if hasattr(self, name):
+                setattr(self, name, None)
+        self.require_backward_grad_sync = False
+
     # -- the wrapped calls ------------------------------------------------------------------------------------
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
