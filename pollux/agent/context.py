@@ -18,6 +18,7 @@ import signal
 import socket
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -140,6 +141,17 @@ def _interval_from_env(value: str | None) -> float | None:
     if not (math.isfinite(seconds) and seconds > 0):
         raise AgentError(f"{CHECKPOINT_INTERVAL_ENV}={value!r}: expected seconds > 0 (e.g. 300) or 'auto'")
     return seconds
+
+
+def _await_peers_closed(store: Any, rank: int, world_size: int, timeout_s: float = 10.0) -> None:
+    """Rank 0 hosts the rendezvous store: it waits until every rank has destroyed its process group before going
+    on (and exiting), so no rank's gloo threads lose the store under them while they shut down, which aborts that
+    rank ("terminate called without an active exception"). Best effort: a peer that never says so is not waited
+    for longer than `timeout_s`."""
+    with contextlib.suppress(Exception):
+        store.set(f"pollux/closed/{rank}", "1")
+        if rank == 0:
+            store.wait([f"pollux/closed/{r}" for r in range(world_size)], timedelta(seconds=timeout_s))
 
 
 def _count_nodes(world_size: int) -> int:
@@ -521,9 +533,14 @@ class AgentContext:
         if _CURRENT.get() is self:
             _CURRENT.set(None)
         if self._owns_group and dist.is_initialized():
+            store = None
             if self.distributed:
                 dist.barrier()
+                with contextlib.suppress(Exception):
+                    store = dist.distributed_c10d._get_default_store()
             dist.destroy_process_group()
             self._owns_group = False
+            if store is not None:
+                _await_peers_closed(store, self.rank, self.world_size)
             if model is not None:
                 model.release_process_group()  # the group ends now, not in the interpreter's teardown
