@@ -75,6 +75,10 @@ class ServiceConfig:
     def report_path(self, name: str) -> Path:
         return self.job_dir(name) / "report.json"
 
+    def checkpoint_dir(self, spec: JobSpec) -> Path:
+        """Where the job's agent saves: its spec's folder, else one in the job's state folder."""
+        return spec.checkpoint_dir or self.job_dir(spec.name) / "checkpoints"
+
 
 def make_runtime_policy(name: str, restart_delay_s: float = 30.0) -> Policy:
     """The named policy, configured for real jobs: no simulator-only knowledge (true step times), and no discount
@@ -359,7 +363,7 @@ class Service:
     def _has_checkpoint(self, state: JobState) -> bool:
         """Whether the agent saved a checkpoint (`ckpt-<seq>.plx`) in the folder the job is launched with."""
         spec = JobSpec.from_json_dict(state.spec)
-        folder = spec.checkpoint_dir or self.config.job_dir(state.name) / "checkpoints"
+        folder = self.config.checkpoint_dir(spec)
         try:
             return any(CHECKPOINT_FILE.match(entry.name) for entry in folder.iterdir())
         except OSError:  # no folder yet: it never saved one
@@ -404,7 +408,7 @@ class Service:
         fails the job."""
         state = self.store.job(name)
         spec = JobSpec.from_json_dict(state.spec)
-        checkpoint_dir = spec.checkpoint_dir or self.config.job_dir(name) / "checkpoints"
+        checkpoint_dir = self.config.checkpoint_dir(spec)
         request = LaunchRequest(
             job=name,
             command=spec.command,
