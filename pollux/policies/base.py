@@ -49,10 +49,23 @@ class JobView:
     grad_stats: GradientStats | None = None
     remaining_steps: float | None = None  # steps left at its fixed batch, where known (Optimus' oracle)
     placement_sensitive: bool = False  # its profile says consolidation matters (Tiresias)
+    # On clusters of several GPU types (docs/design.md, "Heterogeneous clusters"). A job runs on one type at a time;
+    # `throughput_params` and `local_bsz_bounds` above describe the type it runs on now (or last ran on).
+    gpu_types: tuple[str, ...] | None = None  # the types it may run on (profiles, memory, the user's choice); None: any
+    throughput_params_by_type: Mapping[str, ThroughputParams] = field(default_factory=dict)  # fitted per type run
+    local_bsz_bounds_by_type: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # per-GPU batch per type
+    run_time_by_type_s: Mapping[str, float] = field(default_factory=dict)  # seconds it has held GPUs of each type
 
     @property
     def adaptive(self) -> bool:
         return self.batch_size is None
+
+    def may_run_on(self, gpu_type: str) -> bool:
+        return self.gpu_types is None or gpu_type in self.gpu_types
+
+    def bounds_on(self, gpu_type: str) -> tuple[int, int]:
+        """Per-GPU batch bounds on `gpu_type` (its memory), where they differ from `local_bsz_bounds`."""
+        return self.local_bsz_bounds_by_type.get(gpu_type, self.local_bsz_bounds)
 
     def age_s(self, now: float) -> float:
         return max(now - self.submit_time_s, 0.0)
@@ -89,6 +102,11 @@ class Policy(ABC):
     inputs: ClassVar[tuple[str, ...]] = ()
     # Whether the policy changes a job's GPU count (elastic) or only runs it at its requested size (rigid).
     elastic_gpus: ClassVar[bool] = True
+    # A policy whose rounds have a length of their own (Gavel's 360 s) says so; None: the caller's interval.
+    round_s: ClassVar[int | None] = None
+    # Whether it tells GPU types apart: a type-unaware policy's jobs learn one throughput model from every type they
+    # run on, with the batch bounds of the cluster's first type (the Sia paper's heterogeneity-unaware Pollux).
+    gpu_type_aware: ClassVar[bool] = True
 
     @property
     def uses_throughput_model(self) -> bool:
