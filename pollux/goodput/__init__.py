@@ -11,6 +11,7 @@ from pollux.goodput.throughput import (
     ThroughputParams,
     compute_time,
     iteration_time,
+    scaled_params,
     sync_time,
     throughput,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "iteration_time",
     "noise_scale",
     "rmsle",
+    "scaled_params",
     "sync_time",
     "throughput",
 ]

@@ -92,3 +92,15 @@ def throughput(
     """Examples per second: M / T_iter with M = K·m·(s+1)."""
     batch = np.asarray(num_replicas) * np.asarray(local_bsz) * (np.asarray(accum_steps) + 1)
     return batch / iteration_time(params, num_nodes, num_replicas, local_bsz, accum_steps)
+
+
+def scaled_params(params: ThroughputParams, speed_ratio: float) -> ThroughputParams:
+    """The throughput model of a GPU type a job has not run on, bootstrapped from one it has (docs/design.md,
+    "Heterogeneous clusters"): every time divided by `speed_ratio`, the new type's 1-GPU throughput over the known
+    type's, so every configuration is predicted exactly `speed_ratio` times as fast as on the known type, at the
+    same (nodes, GPUs, batch), and no faster. γ, the overlap of compute and all-reduce, is kept."""
+    if not np.isfinite(speed_ratio) or speed_ratio <= 0:
+        raise ValueError(f"speed_ratio must be a positive number, got {speed_ratio}")
+    times = params.to_array()
+    times[:6] /= speed_ratio
+    return ThroughputParams.from_array(times)

@@ -55,6 +55,9 @@ class JobView:
     throughput_params_by_type: Mapping[str, ThroughputParams] = field(default_factory=dict)  # fitted per type run
     local_bsz_bounds_by_type: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # per-GPU batch per type
     run_time_by_type_s: Mapping[str, float] = field(default_factory=dict)  # seconds it has held GPUs of each type
+    # Examples per second on one GPU of each type at one per-GPU batch: a cheap profile (Sia: < 20 GPU-seconds per
+    # type), whose ratios bootstrap the model of a type the job has not run on (`pollux.goodput.scaled_params`).
+    single_gpu_throughput_by_type: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def adaptive(self) -> bool:
