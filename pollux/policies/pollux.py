@@ -66,30 +66,37 @@ class Transfer:
     gpus: int
 
 
-def speedup_table(job: JobView, fair_gpus: int, max_gpus: int) -> np.ndarray:
-    """Speedups over the fair share for K = 0…max_gpus, row 0 on one node, row 1 across nodes.
+def goodput_table(job: JobView, max_gpus: int) -> np.ndarray:
+    """Best goodput for K = 0…max_gpus, row 0 on one node, row 1 across nodes.
 
     Exact, not an approximation: the best goodput on an allocation depends on its node count only through N > 1
     (T_sync has an intra-node and an inter-node form) and on its replica count K. Jobs that have not run yet scale
-    linearly (K / fair share), as the artifact assumes; jobs with a fixed batch have efficiency 1 and run at their
-    fixed per-GPU split; adaptive jobs pick their best batch per allocation.
+    linearly (K, one unit per GPU), as the artifact assumes; jobs with a fixed batch have efficiency 1 and run at
+    their fixed per-GPU split; adaptive jobs pick their best batch per allocation.
     """
-    replicas = np.arange(max(max_gpus, fair_gpus) + 1)
+    replicas = np.arange(max_gpus + 1)
     if job.throughput_params is None:
-        table = np.vstack([replicas, replicas]) / fair_gpus
-        return table[:, : max_gpus + 1]
+        return np.vstack([replicas, replicas]).astype(np.float64)
     nodes = np.array([[1], [2]])
     if job.batch_size is None:
         fn = job.goodput_fn()
         assert fn is not None
         best = fn.optimize(nodes, replicas[None, :], job.max_batch_size, job.local_bsz_bounds, accumulation=True)
-        goodput = best.goodput
-    else:
-        goodput = fixed_batch_goodput(job, nodes, replicas)
-    base = goodput[0, fair_gpus]
-    if base <= 0:  # the fair share cannot run this job: compare against its best single-node goodput instead
-        base = max(float(goodput[0].max()), 1e-12)
-    return goodput[:, : max_gpus + 1] / base
+        return best.goodput
+    return fixed_batch_goodput(job, nodes, replicas)
+
+
+def fair_share_base(goodput: np.ndarray, fair_gpus: int) -> float:
+    """What a job's speedups are relative to: its goodput on the fair share (one node); where the fair share cannot
+    run it, its best single-node goodput instead."""
+    base = float(goodput[0, fair_gpus])
+    return base if base > 0 else max(float(goodput[0].max()), 1e-12)
+
+
+def speedup_table(job: JobView, fair_gpus: int, max_gpus: int) -> np.ndarray:
+    """Speedups over the fair share for K = 0…max_gpus, row 0 on one node, row 1 across nodes (`goodput_table`)."""
+    goodput = goodput_table(job, max(max_gpus, fair_gpus))
+    return goodput[:, : max_gpus + 1] / fair_share_base(goodput, fair_gpus)
 
 
 def fixed_batch_goodput(job: JobView, nodes: np.ndarray, replicas: np.ndarray) -> np.ndarray:
@@ -166,14 +173,24 @@ class PolluxPolicy(Policy):
         tables, keep = [], []
         for job, row in zip(jobs, current, strict=True):
             top = max(0, min(job.max_gpus, cluster.num_gpus))
-            table = speedup_table(job, fair, top)
-            values = self.utility(scale * table * self.realloc_factor(job, now))
-            if job.min_gpus > 0:
-                values[:, 1 : min(job.min_gpus, top + 1)] = -np.inf
+            values, kept = self.job_values(
+                job, scale * speedup_table(job, fair, top), self.realloc_factor(job, now), row
+            )
             tables.append(values)
-            gpus = sum(row.values())
-            keep.append(float(self.utility(scale * table[int(len(row) > 1), gpus])) if 0 < gpus <= top else -np.inf)
+            keep.append(kept)
         return ValueTable(tables, keep, current, [job.allocation for job in jobs], cluster)
+
+    def job_values(self, job: JobView, speedups: np.ndarray, factor: float, row: Row) -> tuple[np.ndarray, float]:
+        """One job's row of a value table from its (scaled) speedups on K = 0…top GPUs: the power mean's terms with
+        the re-allocation `factor` applied, none below its minimum GPUs; and the value of keeping `row`, its
+        current allocation (-inf when it holds nothing or more than `top`)."""
+        values = self.utility(speedups * factor)
+        top = speedups.shape[1] - 1
+        if job.min_gpus > 0:
+            values[:, 1 : min(job.min_gpus, top + 1)] = -np.inf
+        gpus = sum(row.values())
+        keep = float(self.utility(speedups[int(len(row) > 1), gpus])) if 0 < gpus <= top else -np.inf
+        return values, keep
 
     def evaluate(self, values: ValueTable, states: np.ndarray) -> np.ndarray:
         """Fitness of many candidate allocation matrices at once: `states` (P, J, nodes) → (P,).
