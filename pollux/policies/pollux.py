@@ -51,6 +51,7 @@ from pollux.policies.base import BatchOwner, JobView, Policy, PolicyResult
 from pollux.policies.placement import fixed_batch_config
 from pollux.policies.polish import Polisher
 from pollux.policies.search_state import Layout, Row, ValueTable, grow, sparse_row
+from pollux.policies.typed_search import optimize_typed
 
 EPSILON = 1e-3
 MAX_MOVES = 50  # local-search moves per round
@@ -215,16 +216,23 @@ class PolluxPolicy(Policy):
     def optimize(self, jobs: Sequence[JobView], cluster: Cluster, now: float) -> PolicyResult:
         if not jobs:
             return PolicyResult({})
-        values = self.value_table(jobs, cluster, now)
-        layout = self._layout(values, self._counts(values, jobs))
-        layout = self._polish(values, self._improve(values, layout))
-        placed = {job.name: layout.allocation(j) for j, job in enumerate(jobs) if layout.gpus[j] > 0}
+        if cluster.heterogeneous:
+            placed, value = optimize_typed(self, jobs, cluster, now)
+        else:
+            values = self.value_table(jobs, cluster, now)
+            layout = self.search(values, self._counts(values, jobs))
+            placed = {job.name: layout.allocation(j) for j, job in enumerate(jobs) if layout.gpus[j] > 0}
+            value = layout.value.tolist()
         reasons = {
             job.name: f"waiting: the fittest allocation of {cluster.num_gpus} GPUs among {len(jobs)} jobs gives it none"
             for job in jobs
             if job.name not in placed
         }
-        return PolicyResult(placed, reasons, info={"fitness": self.fitness(layout.value)})
+        return PolicyResult(placed, reasons, info={"fitness": self.fitness(value)})
+
+    def search(self, values: ValueTable, counts: np.ndarray) -> Layout:
+        """Steps 2-5 from the GPU counts of step 1: placement and fill, local search, polish."""
+        return self._polish(values, self._improve(values, self._layout(values, counts)))
 
     def _polish(self, values: ValueTable, layout: Layout) -> Layout:
         """Step 5, from two starts: the allocation so far and the current one (the fitter result wins)."""

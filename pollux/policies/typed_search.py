@@ -1,0 +1,214 @@
+"""The Pollux policy on a cluster of several GPU types (docs/design.md, "Heterogeneous clusters").
+
+A job runs on one type at a time. The search first chooses every job's type and GPU count, then runs the one-type
+search (`PolluxPolicy`'s placement, fill, local search and polish) on each type's nodes with the jobs given that
+type. On a one-type cluster this is exactly the one-type search.
+
+**Values.** A job's value on K GPUs of type t is its power-mean term of goodput_t(K) / base_j (restart factor
+applied where its allocation changes). goodput_t is the model fitted on t where the job has run there; else the
+model of a type it has run on, scaled by the ratio of the two types' 1-GPU throughputs (`scaled_params`, Sia's
+bootstrap); else, before it has run anywhere, linear in K at its 1-GPU throughput on t. base_j is the job's
+goodput on a fair share ⌈G/J⌉ of one node, averaged over the types weighted by their GPUs: on one type, the
+artifact's normalization; on several, what an equal slice of the whole cluster is worth to the job.
+
+**Types and counts.** A greedy on every (job, type)'s upper concave envelope of values, as the one-type count step,
+with a GPU budget per type; a job's type is settled by its first GPUs. Keeping the current allocation is worth its
+undiscounted value on the current type only, so a job changes type only when the gain outweighs the restart.
+A job left without GPUs joins the type where one GPU is worth most to it, so that type's fill and polish may still
+give it GPUs.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pollux.cluster import Allocation, Cluster
+from pollux.goodput import ThroughputParams, scaled_params
+from pollux.policies.base import JobView
+from pollux.policies.search_state import Row, ValueTable, sparse_row
+
+if TYPE_CHECKING:
+    from pollux.policies.pollux import PolluxPolicy
+
+
+@dataclass(frozen=True)
+class TypeSlice:
+    """One GPU type's part of the cluster: its nodes as a cluster of their own, and their indices in the whole."""
+
+    gpu_type: str
+    cluster: Cluster
+    nodes: tuple[int, ...]
+
+    def restrict(self, allocation: Allocation) -> Allocation:
+        return tuple(allocation[n] for n in self.nodes)
+
+    def expand(self, allocation: Allocation, num_nodes: int) -> Allocation:
+        whole = [0] * num_nodes
+        for node, gpus in zip(self.nodes, allocation, strict=True):
+            whole[node] = gpus
+        return tuple(whole)
+
+
+def type_slices(cluster: Cluster) -> list[TypeSlice]:
+    return [
+        TypeSlice(t, Cluster.of_groups([g for g in cluster.groups if g.gpu_type == t]), cluster.nodes_of_type(t))
+        for t in cluster.gpu_types
+    ]
+
+
+def model_on(job: JobView, gpu_type: str) -> ThroughputParams | None:
+    """The job's throughput model on `gpu_type`: fitted there, else bootstrapped from the type it knows best (its
+    current one, else the one it ran on longest) by the 1-GPU throughput ratio (1 when a ratio is unknown), else
+    its one model (a type-unaware job, or a one-type cluster), else None (never ran)."""
+    fitted = job.throughput_params_by_type
+    if gpu_type in fitted:
+        return fitted[gpu_type]
+    if not fitted:
+        return job.throughput_params
+    source = max(fitted, key=lambda t: (job.run_time_by_type_s.get(t, 0.0), t))
+    speeds = job.single_gpu_throughput_by_type
+    ratio = speeds[gpu_type] / speeds[source] if speeds.get(gpu_type, 0) > 0 and speeds.get(source, 0) > 0 else 1.0
+    return scaled_params(fitted[source], ratio)
+
+
+def view_on(job: JobView, piece: TypeSlice) -> JobView:
+    """The job as the one-type search sees it on one type's nodes."""
+    return replace(
+        job,
+        allocation=piece.restrict(job.allocation),
+        throughput_params=model_on(job, piece.gpu_type),
+        local_bsz_bounds=job.bounds_on(piece.gpu_type),
+        max_gpus=min(job.max_gpus, piece.cluster.num_gpus),
+    )
+
+
+def typed_value_tables(
+    policy: PolluxPolicy, jobs: Sequence[JobView], cluster: Cluster, pieces: Sequence[TypeSlice], now: float
+) -> list[ValueTable]:
+    """One value table per type over every job (a job that may not run on a type can hold 0 GPUs there)."""
+    from pollux.policies.pollux import fair_share_base, goodput_table
+
+    fair = max(1, math.ceil(cluster.num_gpus / len(jobs)))
+    scale = cluster.num_nodes / cluster.num_gpus
+    weights = [piece.cluster.num_gpus / cluster.num_gpus for piece in pieces]
+    per_type: list[list[tuple[JobView, np.ndarray] | None]] = []
+    for piece in pieces:
+        column: list[tuple[JobView, np.ndarray] | None] = []
+        for job in jobs:
+            if not job.may_run_on(piece.gpu_type):
+                column.append(None)
+                continue
+            view = view_on(job, piece)
+            goodput = goodput_table(view, max(view.max_gpus, fair))
+            if view.throughput_params is None:  # never ran: linear at its 1-GPU speed there, where known
+                goodput = goodput * job.single_gpu_throughput_by_type.get(piece.gpu_type, 1.0)
+            column.append((view, goodput))
+        per_type.append(column)
+    bases = []  # per job: its fair-share goodput averaged over the types it may use, weighted by their GPUs
+    for j in range(len(jobs)):
+        usable = [(w, column[j]) for w, column in zip(weights, per_type, strict=True) if column[j] is not None]
+        total = sum(w for w, _ in usable)
+        bases.append(sum(w * fair_share_base(entry[1], fair) for w, entry in usable if entry) / total if total else 1.0)
+    tables = []
+    for piece, column in zip(pieces, per_type, strict=True):
+        rows: list[np.ndarray] = []
+        keep: list[float] = []
+        current: list[Row] = []
+        for j, (job, entry) in enumerate(zip(jobs, column, strict=True)):
+            if entry is None:
+                rows.append(policy.utility(np.zeros((2, 1))))
+                keep.append(-np.inf)
+                current.append({})
+                continue
+            view, goodput = entry
+            row = sparse_row(view.allocation)
+            speedups = scale * goodput[:, : view.max_gpus + 1] / bases[j]
+            values, kept = policy.job_values(view, speedups, policy.realloc_factor(job, now), row)
+            rows.append(values)
+            keep.append(kept)
+            current.append(row)
+        allocations = [piece.restrict(job.allocation) for job in jobs]
+        tables.append(ValueTable(rows, keep, current, allocations, piece.cluster))
+    return tables
+
+
+def sub_table(values: ValueTable, jobs: Sequence[int], cluster: Cluster) -> ValueTable:
+    """The rows of `jobs` only (the jobs a type's search places)."""
+    width = [int(values.max_gpus[j]) + 1 for j in jobs]
+    return ValueTable(
+        [values.table[:, j, :w] for j, w in zip(jobs, width, strict=True)],
+        [float(values.keep[j]) for j in jobs],
+        [values.current[j] for j in jobs],
+        [values.allocations[j] for j in jobs],
+        cluster,
+    )
+
+
+def choose_types(
+    policy: PolluxPolicy, tables: Sequence[ValueTable], jobs: Sequence[JobView], pieces: Sequence[TypeSlice]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(type index, GPUs) per job by the greedy of the module docstring; ties go to the least-served job listed
+    first, and to the type listed first."""
+    order = sorted(range(len(jobs)), key=lambda i: (jobs[i].attained_service_gpu_s, jobs[i].submit_time_s))
+    rank = {i: r for r, i in enumerate(order)}
+    free = [piece.cluster.num_gpus for piece in pieces]
+    kind = np.full(len(jobs), -1, dtype=np.int64)
+    counts = np.zeros(len(jobs), dtype=np.int64)
+
+    def best(j: int) -> tuple[float, int, int]:
+        """Best (gain per GPU, type, new count) for job j within the budgets."""
+        types = [int(kind[j])] if kind[j] >= 0 else range(len(tables))
+        steps = [(*policy._best_step(tables[t], j, int(counts[j]), free[t]), t) for t in types]
+        ratio, target, t = max(steps, key=lambda s: (s[0], -s[2]))
+        return ratio, t, target
+
+    heap = []
+    for j in range(len(jobs)):
+        ratio, t, target = best(j)
+        if ratio > 0:
+            heap.append((-ratio, rank[j], t, j, target))
+    heapq.heapify(heap)
+    while heap and any(free):
+        _, r, t, j, target = heapq.heappop(heap)
+        need = target - int(counts[j])
+        if need > free[t]:  # stale: the budget shrank since this step was computed
+            ratio, t, target = best(j)
+            if ratio > 0:
+                heapq.heappush(heap, (-ratio, r, t, j, target))
+            continue
+        kind[j], counts[j] = t, target
+        free[t] -= need
+        ratio, t, target = best(j)
+        if ratio > 0:
+            heapq.heappush(heap, (-ratio, r, t, j, target))
+    for j in np.flatnonzero(kind < 0).tolist():  # waiting: where one GPU is worth most
+        kind[j] = max(range(len(tables)), key=lambda t: (float(tables[t].natural[j, 1]), -t))
+    return kind, counts
+
+
+def optimize_typed(
+    policy: PolluxPolicy, jobs: Sequence[JobView], cluster: Cluster, now: float
+) -> tuple[dict[str, Allocation], list[float]]:
+    """Allocations on every type (module docstring) and every job's value, in job order."""
+    pieces = type_slices(cluster)
+    tables = typed_value_tables(policy, jobs, cluster, pieces, now)
+    kind, counts = choose_types(policy, tables, jobs, pieces)
+    placed: dict[str, Allocation] = {}
+    value = np.zeros(len(jobs))
+    for t, piece in enumerate(pieces):
+        members = np.flatnonzero(kind == t).tolist()
+        if not members:
+            continue
+        values = sub_table(tables[t], members, piece.cluster)
+        layout = policy.search(values, counts[members])
+        for k, j in enumerate(members):
+            value[j] = layout.value[k]
+            if layout.gpus[k] > 0:
+                placed[jobs[j].name] = piece.expand(layout.allocation(k), cluster.num_nodes)
+    return placed, value.tolist()
