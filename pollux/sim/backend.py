@@ -8,10 +8,11 @@ agent that learns its throughput model only from the placements it has itself ru
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pollux.cluster import Allocation, Cluster, num_nodes_used, placement
 from pollux.engine import Decision
+from pollux.errors import SpecError
 from pollux.goodput import (
     BatchConfig,
     BatchLimits,
@@ -25,6 +26,9 @@ from pollux.goodput import (
 from pollux.policies.base import MAX_ELASTIC_GPUS, JobView, exploration_bound
 from pollux.policies.placement import fixed_batch_config
 from pollux.sim.jobmodel import JobModel, accumulated_step_time
+from pollux.sim.typed import TypedJobModel
+
+POOLED = "*"  # the samples key of a job that learns one model from every GPU type (type-unaware policies)
 
 PLACEMENT_SENSITIVITY = 1.2  # spread/packed step-time ratio above which a model counts as placement-sensitive
 
@@ -44,11 +48,17 @@ class SimJobSpec:
 
 @dataclass
 class SimJob:
-    """Mutable state of one simulated job (the backend owns it; policies see only `JobView`s)."""
+    """Mutable state of one simulated job (the backend owns it; policies see only `JobView`s).
+
+    On a cluster of several GPU types the job runs on one type at a time (`gpu_type`, the last it ran on while it
+    waits) with that type's job model, and learns one throughput model per type from what it ran there; with
+    `type_aware` off it pools every type's samples into one model, as a heterogeneity-unaware agent would."""
 
     spec: SimJobSpec
-    model: JobModel
+    typed: TypedJobModel
     fit_throughput_model: bool = True
+    type_aware: bool = True
+    gpu_type: str = ""  # the type it runs on, or last ran on; before any run, the first type it may use
     allocation: Allocation = ()
     local_bsz: int = 0
     accum_steps: int = 0
@@ -60,12 +70,31 @@ class SimJob:
     start_time_s: float | None = None
     completion_time_s: float | None = None
     running_s: float = 0.0
-    samples: dict[tuple[int, int, int], tuple[float, float]] = field(default_factory=dict)
-    params: ThroughputParams | None = None
+    gpu_s_by_type: dict[str, float] = field(default_factory=dict)  # GPU-seconds held on each type
+    run_s_by_type: dict[str, float] = field(default_factory=dict)  # seconds held GPUs of each type
+    samples: dict[str, dict[tuple[int, int, int], tuple[float, float]]] = field(default_factory=dict)
+    params_by_type: dict[str, ThroughputParams] = field(default_factory=dict)
     grad_stats: GradientStats | None = None
     policy_batch: BatchConfig | None = None  # the batch the policy chose, where it chooses
     _gains: list[float] = field(default_factory=list, repr=False)  # gain per epoch at the fixed batch
     _steps_after: list[float] | None = field(default=None, repr=False)  # steps for epochs e.. at the fixed batch
+
+    def __post_init__(self) -> None:
+        self.gpu_type = self.gpu_type or self.typed.gpu_types[0]
+
+    @property
+    def model(self) -> JobModel:
+        """The job model of the type it runs on (or last ran on)."""
+        return self.typed.on(self.gpu_type)
+
+    @property
+    def _samples_key(self) -> str:
+        return self.gpu_type if self.type_aware else POOLED
+
+    @property
+    def params(self) -> ThroughputParams | None:
+        """Its throughput model of the type it runs on (of every type, when it does not tell types apart)."""
+        return self.params_by_type.get(self._samples_key)
 
     @property
     def num_gpus(self) -> int:
@@ -85,7 +114,7 @@ class SimJob:
         if self.spec.batch_by_policy:
             bound = min(MAX_ELASTIC_GPUS, model.max_batch_size // model.min_local_bsz)
         elif self.spec.batch_size is None:
-            explored = max((k[1] for k in self.samples), default=0)
+            explored = max((k[1] for seen in self.samples.values() for k in seen), default=0)
             bound = exploration_bound(explored, model.max_batch_size, model.min_local_bsz)
         else:
             bound = max(self.spec.batch_size // model.min_local_bsz, 1)
@@ -122,21 +151,22 @@ class SimJob:
         self.accum_steps = accum
 
     def record_sample(self, nodes: int, gpus: int, step_s: float, sync_s: float) -> None:
-        """Remember a configuration the job ran, and refit its throughput model when it is new.
+        """Remember a configuration the job ran, and refit its throughput model (of this type) when it is new.
 
         Every refit starts afresh, as the artifact's agents do, so the job's model of its own scaling depends on what
         it ran, not on the order it happened to explore in."""
         key = (nodes, gpus, self.local_bsz)
-        if key in self.samples or not self.fit_throughput_model:
+        seen = self.samples.setdefault(self._samples_key, {})
+        if key in seen or not self.fit_throughput_model:
             return
-        self.samples[key] = (step_s, sync_s)
-        keys = list(self.samples)
-        steps = [self.samples[k][0] for k in keys]
-        computes = [max(self.samples[k][0] - self.samples[k][1], 1e-6 * self.samples[k][0]) for k in keys]
+        seen[key] = (step_s, sync_s)
+        keys = list(seen)
+        steps = [seen[k][0] for k in keys]
+        computes = [max(seen[k][0] - seen[k][1], 1e-6 * seen[k][0]) for k in keys]
         samples = ThroughputSamples.from_arrays(
             [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], computes, steps
         )
-        self.params = fit_throughput(samples)
+        self.params_by_type[self._samples_key] = fit_throughput(samples)
 
     # -- progress ------------------------------------------------------------------------------------------
     def advance(self, now: float, seconds: float, slowdown: float = 0.0) -> None:
@@ -145,11 +175,11 @@ class SimJob:
             return
         delay = min(self.restart_left_s, seconds)
         self.restart_left_s -= delay
-        self.attained_gpu_s += delay * self.num_gpus
-        self.running_s += delay
+        self._hold(delay)
         now += delay
         seconds -= delay
         model = self.model
+        calibration = self.typed.progress_slowdown  # Sia: its physical runs were this much slower
         place = placement(self.allocation)
         nodes, gpus = len(place), sum(place)
         while seconds > 0 and not self.done:
@@ -159,7 +189,8 @@ class SimJob:
             self.grad_stats = stats
             self.record_sample(nodes, gpus, step_s, sync_s)
             gain = adascale_gain(stats, model.init_batch_size, batch)
-            rate = gain / accumulated_step_time(step_s, sync_s, self.accum_steps) * (1.0 - slowdown)  # M0-steps/s
+            step = accumulated_step_time(step_s, sync_s, self.accum_steps)
+            rate = gain / step * (1.0 - slowdown) / calibration  # M0-steps/s
             next_progress = model.epoch_progress(self.epoch + 1)
             if self.progress + rate * seconds < next_progress:
                 self.progress += rate * seconds
@@ -170,24 +201,39 @@ class SimJob:
                 self.epoch += 1
                 if self.epoch >= model.max_epochs:
                     self.completion_time_s = now + used
-            self.attained_gpu_s += used * gpus
-            self.running_s += used
+            self._hold(used)
             now += used
             seconds -= used
             self.choose_batch()
 
+    def _hold(self, seconds: float) -> None:
+        """Count `seconds` of holding its GPUs (running or restoring)."""
+        gpus, gpu_type = self.num_gpus, self.gpu_type
+        self.attained_gpu_s += seconds * gpus
+        self.running_s += seconds
+        self.gpu_s_by_type[gpu_type] = self.gpu_s_by_type.get(gpu_type, 0.0) + seconds * gpus
+        self.run_s_by_type[gpu_type] = self.run_s_by_type.get(gpu_type, 0.0) + seconds
+
     def reallocate(
-        self, allocation: Allocation, now: float, restart_delay_s: float, batch: BatchConfig | None = None
+        self,
+        allocation: Allocation,
+        now: float,
+        restart_delay_s: float,
+        batch: BatchConfig | None = None,
+        gpu_type: str | None = None,
     ) -> None:
-        """Move the job to `allocation` (all zeros: preempt), with the policy's batch where it picks one. Every
-        start or move costs a restart delay."""
+        """Move the job to `allocation` (all zeros: preempt) on nodes of `gpu_type` (None: the type it has), with
+        the policy's batch where it picks one. Every start or move costs a restart delay (the model's own
+        checkpoint-restore delay where it has one)."""
         self.policy_batch = batch
         if sum(allocation) == 0:
             self.allocation = ()
             self.local_bsz = self.accum_steps = 0
             return
         self.allocation = tuple(allocation)
-        self.restart_left_s = restart_delay_s
+        self.gpu_type = gpu_type or self.gpu_type
+        delay = self.typed.restore_delay_s
+        self.restart_left_s = restart_delay_s if delay is None else delay
         self.num_restarts = 0 if self.num_restarts is None else self.num_restarts + 1
         if self.start_time_s is None:
             self.start_time_s = now
@@ -220,24 +266,75 @@ def placement_sensitive(model: JobModel) -> bool:
     return spread > PLACEMENT_SENSITIVITY * packed
 
 
+def typed_models(models: Mapping[str, JobModel | TypedJobModel], cluster: Cluster) -> dict[str, TypedJobModel]:
+    """Every application's models per GPU type; a model without types serves every type of the cluster alike."""
+    typed = {}
+    for name, model in models.items():
+        if isinstance(model, TypedJobModel):
+            typed[name] = model
+        else:
+            typed[name] = TypedJobModel(name, {t: model for t in cluster.gpu_types})
+    return typed
+
+
 class SimBackend:
-    """Virtual-clock backend: holds every job of a workload and advances them between rounds."""
+    """Virtual-clock backend: holds every job of a workload and advances them between rounds.
+
+    `type_aware` off: jobs learn one throughput model from every GPU type they run on, and policies see the batch
+    bounds of the cluster's first type (the Sia paper's heterogeneity-unaware Pollux)."""
 
     def __init__(
         self,
         cluster: Cluster,
         jobs: Sequence[SimJobSpec],
-        models: Mapping[str, JobModel],
+        models: Mapping[str, JobModel | TypedJobModel],
         restart_delay_s: float = 30.0,
         interference: float = 0.0,
         fit_throughput_model: bool = True,
+        type_aware: bool = True,
     ) -> None:
         self._cluster = cluster
         self.restart_delay_s = restart_delay_s
         self.interference = interference
-        self.jobs = [SimJob(spec, models[spec.application], fit_throughput_model) for spec in jobs]
-        self._sensitive = {name: placement_sensitive(model) for name, model in models.items()}
+        self.type_aware = type_aware
+        self.models = typed_models(models, cluster)
+        self._usable = {name: self._usable_types(model) for name, model in self.models.items()}
+        self.jobs = [
+            SimJob(
+                spec,
+                self.models[spec.application],
+                fit_throughput_model,
+                type_aware,
+                gpu_type=self._usable[spec.application][0],
+            )
+            for spec in jobs
+        ]
+        self._sensitive = {
+            name: placement_sensitive(model.on(self._usable[name][0])) for name, model in self.models.items()
+        }
+        self._speeds = {name: self._single_gpu_throughput(name) for name in self.models}
+        self._bounds = {
+            name: {t: (model.on(t).min_local_bsz, model.on(t).max_local_bsz) for t in self._usable[name]}
+            for name, model in self.models.items()
+        }
         self._by_name = {job.spec.name: job for job in self.jobs}
+
+    def _usable_types(self, model: TypedJobModel) -> tuple[str, ...]:
+        usable = tuple(t for t in self._cluster.gpu_types if t in model.gpu_types)
+        if not usable:
+            raise SpecError(
+                f"application {model.name!r} has job models for GPU types {', '.join(model.gpu_types)}, none of which "
+                f"the cluster ({self._cluster.describe()}) has; use a cluster with one of them"
+            )
+        return usable
+
+    def _single_gpu_throughput(self, name: str) -> dict[str, float]:
+        """Examples per second on one GPU of each usable type, at one per-GPU batch that fits them all (the cheap
+        profile whose ratios bootstrap a type's model, docs/design.md "Heterogeneous clusters")."""
+        typed, usable = self.models[name], self._usable[name]
+        models = [typed.on(t) for t in usable]
+        batch = max(min(models[0].init_batch_size, *(m.max_local_bsz for m in models)), 1)
+        return {t: batch / m.step_time((1,), batch)[0] for t, m in zip(usable, models, strict=True)}
 
     @property
     def cluster(self) -> Cluster:
@@ -269,29 +366,46 @@ class SimBackend:
         empty = self._cluster.empty()
         views = []
         for job in self.active(now):
-            model = job.model
-            views.append(
-                JobView(
-                    name=job.spec.name,
-                    application=job.spec.application,
-                    submit_time_s=job.spec.submit_time_s,
-                    allocation=job.allocation or empty,
-                    num_restarts=job.num_restarts or 0,
-                    attained_service_gpu_s=job.attained_gpu_s,
-                    requested_gpus=job.spec.requested_gpus,
-                    max_gpus=job.max_gpus(),
-                    init_batch_size=model.init_batch_size,
-                    max_batch_size=model.max_batch_size,
-                    local_bsz_bounds=(model.min_local_bsz, model.max_local_bsz),
-                    batch_size=job.spec.batch_size,
-                    throughput_params=job.params,
-                    grad_stats=job.grad_stats,
-                    remaining_steps=job.remaining_steps(),
-                    placement_sensitive=self._sensitive[job.spec.application],
-                )
+            model = job.model if self.type_aware else job.typed.on(self._usable[job.spec.application][0])
+            view = JobView(
+                name=job.spec.name,
+                application=job.spec.application,
+                submit_time_s=job.spec.submit_time_s,
+                allocation=job.allocation or empty,
+                num_restarts=job.num_restarts or 0,
+                attained_service_gpu_s=job.attained_gpu_s,
+                requested_gpus=job.spec.requested_gpus,
+                max_gpus=job.max_gpus(),
+                init_batch_size=model.init_batch_size,
+                max_batch_size=model.max_batch_size,
+                local_bsz_bounds=(model.min_local_bsz, model.max_local_bsz),
+                batch_size=job.spec.batch_size,
+                throughput_params=job.params,
+                grad_stats=job.grad_stats,
+                remaining_steps=job.remaining_steps(),
+                placement_sensitive=self._sensitive[job.spec.application],
             )
+            views.append(self._typed_view(view, job) if self._cluster.heterogeneous else view)
         return views
+
+    def _typed_view(self, view: JobView, job: SimJob) -> JobView:
+        """What a policy knows of a job's GPU types: where it may run and how long it ran on each; and, for a
+        policy that tells types apart, its model and memory bounds per type and its 1-GPU throughput per type."""
+        usable = self._usable[job.spec.application]
+        view = replace(view, gpu_types=usable, run_time_by_type_s=dict(job.run_s_by_type))
+        if not self.type_aware:
+            return view
+        return replace(
+            view,
+            throughput_params_by_type=dict(job.params_by_type),
+            local_bsz_bounds_by_type={
+                t: (job.typed.on(t).min_local_bsz, job.typed.on(t).max_local_bsz) for t in usable
+            },
+            single_gpu_throughput_by_type=self._speeds[job.spec.application],
+        )
 
     def apply(self, decisions: Sequence[Decision], now: float) -> None:
         for decision in decisions:
-            self._by_name[decision.job].reallocate(decision.allocation, now, self.restart_delay_s, decision.batch)
+            gpu_type = self._cluster.allocation_type(decision.allocation)
+            job = self._by_name[decision.job]
+            job.reallocate(decision.allocation, now, self.restart_delay_s, decision.batch, gpu_type)

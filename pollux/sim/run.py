@@ -19,6 +19,7 @@ from pollux.policies.registry import Input, PolicySettings, make_policy
 from pollux.sim.backend import SimBackend, SimJob, SimJobSpec
 from pollux.sim.jobmodel import JobModel, accumulated_step_time
 from pollux.sim.metrics import JobRecord, TimelinePoint, summarize
+from pollux.sim.typed import TypedJobModel
 from pollux.sim.workload import WorkloadJob
 
 # The artifact runs ncf at its measured batch on one GPU under elastic policies (docs/design.md, "Simulated jobs").
@@ -45,7 +46,9 @@ class SimResult:
     wall_s: float
 
 
-def job_specs(rows: Sequence[WorkloadJob], policy: Policy, models: Mapping[str, JobModel], cluster: Cluster):
+def job_specs(
+    rows: Sequence[WorkloadJob], policy: Policy, models: Mapping[str, JobModel | TypedJobModel], cluster: Cluster
+):
     """Workload rows as the policy's jobs: adaptive ones drop the user's batch; fixed ones keep it."""
     specs = []
     for row in rows:
@@ -79,7 +82,7 @@ def job_specs(rows: Sequence[WorkloadJob], policy: Policy, models: Mapping[str, 
     return specs
 
 
-def simulator_inputs(models: Mapping[str, JobModel], data_dir: Path | None = None) -> dict[str, Input]:
+def simulator_inputs(models: Mapping[str, JobModel | TypedJobModel], data_dir: Path | None = None) -> dict[str, Input]:
     """What the simulator knows that a policy may take (`Policy.inputs`, `pollux.policies.registry.make_policy`).
 
     `step_time`: true step times from the job models (the artifact's Optimus reads its measured profiles).
@@ -92,7 +95,11 @@ def simulator_inputs(models: Mapping[str, JobModel], data_dir: Path | None = Non
 
 
 def simulated_policy(
-    name: str, config: SimConfig, models: Mapping[str, JobModel], data_dir: Path | None = None, **settings: Any
+    name: str,
+    config: SimConfig,
+    models: Mapping[str, JobModel | TypedJobModel],
+    data_dir: Path | None = None,
+    **settings: Any,
 ) -> Policy:
     """The named policy as the simulator runs it: its δ is the simulated restart delay, unless `settings` say
     otherwise (fields of `PolicySettings`), and it gets the simulator's inputs."""
@@ -101,22 +108,42 @@ def simulated_policy(
 
 
 class TrueStepTime:
-    """Seconds per step of a job from its job model, accumulation included (`accumulated_step_time`)."""
+    """Seconds per step of a job from its job model, accumulation included (`accumulated_step_time`), on GPUs of
+    `gpu_type` (None: the model's first type, the only one of a one-type cluster)."""
 
-    def __init__(self, models: Mapping[str, JobModel]) -> None:
+    def __init__(self, models: Mapping[str, JobModel | TypedJobModel]) -> None:
         self._models = models
 
-    def __call__(self, job: JobView, placement: tuple[int, ...], local_bsz: int, accum_steps: int) -> float:
-        step_s, sync_s = self._models[job.application].step_time(placement, local_bsz)
+    def __call__(
+        self,
+        job: JobView,
+        placement: tuple[int, ...],
+        local_bsz: int,
+        accum_steps: int,
+        gpu_type: str | None = None,
+    ) -> float:
+        model = self._models[job.application]
+        if isinstance(model, TypedJobModel):
+            model = model.on(gpu_type or model.gpu_types[0])
+        step_s, sync_s = model.step_time(placement, local_bsz)
         return accumulated_step_time(step_s, sync_s, accum_steps)
 
 
 def isolated_jct(job: SimJob, gpus: int, config: SimConfig) -> float:
     """JCT of `job`'s model alone on `gpus` GPUs packed on nodes, from submission, with one restart delay."""
-    per_node = config.cluster.gpus_per_node
+    cluster = config.cluster
+    per_node = max(cluster.node_gpus[n] for n in cluster.nodes_of_type(job.gpu_type))
     alloc = [min(per_node, gpus - i * per_node) for i in range(-(-gpus // per_node))]
-    # The job alone keeps the throughput model it learned in the shared run, rather than learning it again.
-    solo = SimJob(job.spec, job.model, fit_throughput_model=False, params=job.params)
+    # The job alone, on the GPU type it ran on last, keeps the throughput model it learned in the shared run,
+    # rather than learning it again.
+    solo = SimJob(
+        job.spec,
+        job.typed,
+        fit_throughput_model=False,
+        type_aware=job.type_aware,
+        gpu_type=job.gpu_type,
+        params_by_type=dict(job.params_by_type),
+    )
     solo.reallocate(tuple(alloc), 0.0, config.restart_delay_s)
     solo.advance(0.0, float(MAX_SIMULATED_S))
     return float(solo.completion_time_s) if solo.completion_time_s is not None else float("nan")
@@ -125,7 +152,7 @@ def isolated_jct(job: SimJob, gpus: int, config: SimConfig) -> float:
 def simulate(
     rows: Sequence[WorkloadJob],
     policy: Policy,
-    models: Mapping[str, JobModel],
+    models: Mapping[str, JobModel | TypedJobModel],
     config: SimConfig = SimConfig(),
     on_round: Callable[[float, int, int], None] | None = None,
 ) -> SimResult:
@@ -138,16 +165,18 @@ def simulate(
         restart_delay_s=config.restart_delay_s,
         interference=config.interference,
         fit_throughput_model=policy.uses_throughput_model,
+        type_aware=policy.gpu_type_aware,
     )
     scheduler = Scheduler(policy, backend)
+    interval_s = policy.round_s or config.interval_s  # a policy with rounds of its own (Gavel) keeps them
     timeline: list[TimelinePoint] = []
     now = 0.0
     while not backend.all_done():
         if now > MAX_SIMULATED_S:
             stuck = [job.spec.name for job in backend.jobs if not job.done][:5]
             raise SimulationError(f"{policy.name}: jobs {stuck} still unfinished after 60 simulated days")
-        backend.advance(now, config.interval_s)
-        now += config.interval_s
+        backend.advance(now, interval_s)
+        now += interval_s
         scheduler.step(now)
         active = backend.active(now)
         running = [job for job in active if job.allocation]

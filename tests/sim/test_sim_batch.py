@@ -6,6 +6,11 @@ import numpy as np
 
 from pollux.goodput import BatchLimits, GradientStats, ThroughputParams, decide_batch
 from pollux.sim.backend import SimJob, SimJobSpec
+from pollux.sim.typed import TypedJobModel
+
+
+def one_type(model) -> TypedJobModel:
+    return TypedJobModel("toy", {"aws": model})
 
 
 @dataclass
@@ -40,7 +45,9 @@ def test_on_random_cases_the_simulated_job_and_the_agent_choose_the_same_batch()
     fallbacks = 0
     for _ in range(1000):
         model, allocation, params, stats = random_case(rng)
-        job = SimJob(SimJobSpec("j", "toy", 0.0, 1, None), model, params=params, grad_stats=stats)
+        job = SimJob(SimJobSpec("j", "toy", 0.0, 1, None), one_type(model), grad_stats=stats)
+        if params is not None:
+            job.params_by_type[job.gpu_type] = params
         job.allocation = allocation
         job.choose_batch()
         limits = BatchLimits(model.init_batch_size, model.max_batch_size, (model.min_local_bsz, model.max_local_bsz))
@@ -57,7 +64,7 @@ def test_on_random_cases_the_simulated_job_and_the_agent_choose_the_same_batch()
 
 def test_the_issues_example_splits_m0_the_same_way_in_both():
     model = Bounds(init_batch_size=128, max_batch_size=4096, min_local_bsz=4, max_local_bsz=32)
-    job = SimJob(SimJobSpec("j", "toy", 0.0, 3, None), model)
+    job = SimJob(SimJobSpec("j", "toy", 0.0, 3, None), one_type(model))
     job.reallocate((3,), 0.0, 30.0)
     assert (job.local_bsz, job.accum_steps) == (22, 1)
     assert decide_batch(BatchLimits(128, 4096, (4, 32)), None, None, 1, 3).config.local_bsz == 22

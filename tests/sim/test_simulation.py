@@ -13,6 +13,7 @@ from pollux.sim.backend import SimBackend, SimJob, SimJobSpec
 from pollux.sim.jobmodel import accumulated_step_time, run_time_s
 from pollux.sim.measured import load_measured_models
 from pollux.sim.run import SimConfig, simulate
+from pollux.sim.typed import TypedJobModel
 from pollux.sim.workload import WorkloadJob
 
 
@@ -110,7 +111,7 @@ def test_a_jobs_throughput_model_depends_on_what_it_ran_not_on_the_order_it_ran_
     runs = [((1,), 8), ((2,), 8), ((4,), 8), ((4, 4), 8), ((3,), 8), ((2,), 4)]
     fitted = []
     for order in (runs, runs[::-1]):
-        job = SimJob(SimJobSpec("y", "yolov3", 0, 1, None), models["yolov3"])
+        job = SimJob(SimJobSpec("y", "yolov3", 0, 1, None), TypedJobModel("yolov3", {"aws": models["yolov3"]}))
         for place, local in order:
             job.local_bsz = local
             job.record_sample(len(place), sum(place), *models["yolov3"].step_time(place, local))
