@@ -24,6 +24,7 @@ POLICIES: dict[str, str] = {
     "optimus": "pollux.policies.optimus:OptimusPolicy",
     "pollux": "pollux.policies.pollux:PolluxPolicy",
     "elastic-dp": "pollux.policies.elastic_dp:ElasticDPPolicy",
+    "gavel": "pollux.policies.gavel:GavelPolicy",
 }
 
 
