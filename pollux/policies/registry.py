@@ -25,6 +25,7 @@ POLICIES: dict[str, str] = {
     "pollux": "pollux.policies.pollux:PolluxPolicy",
     "elastic-dp": "pollux.policies.elastic_dp:ElasticDPPolicy",
     "gavel": "pollux.policies.gavel:GavelPolicy",
+    "pollux-unaware": "pollux.policies.pollux_unaware:PolluxUnawarePolicy",
 }
 
 
