@@ -13,10 +13,10 @@ Virtual allocations of the last round are remembered, as the artifact does: a jo
 what its remembered virtual one maps to is shown to Pollux on those same virtual nodes, so a job Pollux keeps keeps
 its GPUs exactly. Any other allocation is split onto the virtual nodes of its real nodes, best fit first.
 
-Interference avoidance acts on the virtual nodes, as in the artifact, and does not hold on the real ones: two jobs
-that each span the two halves of one 8-GPU node are, for Pollux, on distinct nodes. So `avoids_sharing` is False
-(enforcing it after mapping back would idle GPUs that the paper's baseline used); a simulator's interference
-slowdown applies to such jobs as to any others.
+Interference avoidance acts on the virtual nodes, as in the artifact, and does not hold on the real ones: two
+distributed jobs on the two halves of the same 8-GPU nodes are, for Pollux, on distinct nodes. So
+`avoids_sharing` is False (enforcing it after mapping back would idle GPUs that the paper's baseline used); a
+simulator's interference slowdown applies to such jobs as to any others.
 """
 
 from __future__ import annotations
