@@ -24,6 +24,8 @@ POLICIES: dict[str, str] = {
     "optimus": "pollux.policies.optimus:OptimusPolicy",
     "pollux": "pollux.policies.pollux:PolluxPolicy",
     "elastic-dp": "pollux.policies.elastic_dp:ElasticDPPolicy",
+    "gavel": "pollux.policies.gavel:GavelPolicy",
+    "pollux-unaware": "pollux.policies.pollux_unaware:PolluxUnawarePolicy",
 }
 
 
