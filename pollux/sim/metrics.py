@@ -9,8 +9,8 @@ it under the same rules (its fixed batch, or its own goodput-optimal batch) incl
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -31,9 +31,13 @@ class JobRecord:
     fair_share_gpus: int
     isolated_jct_s: float | None
     fairness: float | None  # ρ = JCT / isolated JCT; > 1: worse off than on its own share
+    gpu_seconds_by_type: Mapping[str, float] = field(default_factory=dict)  # restores included
 
     def as_row(self) -> dict[str, object]:
-        return asdict(self)
+        """One CSV row: the per-type GPU-seconds as columns `gpu_seconds_<type>`."""
+        row = asdict(self)
+        by_type = row.pop("gpu_seconds_by_type")
+        return row | {f"gpu_seconds_{t}": s for t, s in by_type.items()}
 
 
 @dataclass(frozen=True)
@@ -44,19 +48,39 @@ class TimelinePoint:
     gpus_in_use: int
     jobs_running: int
     jobs_queued: int
+    gpus_in_use_by_type: Mapping[str, int] = field(default_factory=dict)
+
+    def as_row(self) -> dict[str, object]:
+        """One CSV row: the per-type GPUs in use as columns `gpus_in_use_<type>`."""
+        row = asdict(self)
+        by_type = row.pop("gpus_in_use_by_type")
+        return row | {f"gpus_in_use_{t}": g for t, g in by_type.items()}
 
 
 def _percentile(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if values.size else float("nan")
 
 
-def summarize(jobs: Sequence[JobRecord], timeline: Sequence[TimelinePoint], num_gpus: int) -> dict[str, float]:
-    """Summary metrics, seconds throughout (`avg_jct_s` among them)."""
+def summarize(
+    jobs: Sequence[JobRecord], timeline: Sequence[TimelinePoint], gpus_by_type: Mapping[str, int]
+) -> dict[str, float]:
+    """Summary metrics, seconds throughout (`avg_jct_s` among them) but for GPU-hours per job, the Sia paper's
+    unit: GPUs held × time, restores included, over all jobs. Contention is the Sia paper's too: jobs running or
+    queued per round, over the rounds with any. Utilization per GPU type as `gpu_utilization_<type>`."""
     jct = np.array([j.jct_s for j in jobs if j.jct_s is not None], dtype=np.float64)
     fairness = np.array([j.fairness for j in jobs if j.fairness is not None], dtype=np.float64)
     finished = [j for j in jobs if j.finish_s is not None]
     busy = [p for p in timeline if p.jobs_running + p.jobs_queued > 0]
-    return {
+    contention = np.array([p.jobs_running + p.jobs_queued for p in busy], dtype=np.float64)
+    num_gpus = sum(gpus_by_type.values())
+    per_type = {
+        f"gpu_utilization_{t}": float(np.mean([p.gpus_in_use_by_type.get(t, 0) for p in busy]) / gpus) if busy else 0.0
+        for t, gpus in gpus_by_type.items()
+    }
+    return per_type | {
+        "gpu_hours_per_job": float(np.mean([j.gpu_seconds for j in jobs]) / 3600) if jobs else float("nan"),
+        "contention_mean": float(contention.mean()) if contention.size else 0.0,
+        "contention_max": float(contention.max()) if contention.size else 0.0,
         "jobs": float(len(jobs)),
         "jobs_finished": float(len(finished)),
         "avg_jct_s": float(jct.mean()) if jct.size else float("nan"),

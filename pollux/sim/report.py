@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 
 from pollux.sim.run import SimResult
@@ -23,7 +22,7 @@ def write_outputs(results: Sequence[SimResult], out_dir: Path) -> list[Path]:
     written.append(summary_path)
     for result in results:
         written.append(_write_csv(out_dir / f"jobs-{result.policy}.csv", [j.as_row() for j in result.jobs]))
-        written.append(_write_csv(out_dir / f"timeline-{result.policy}.csv", [asdict(p) for p in result.timeline]))
+        written.append(_write_csv(out_dir / f"timeline-{result.policy}.csv", [p.as_row() for p in result.timeline]))
     written.extend(plot(results, out_dir))
     return written
 

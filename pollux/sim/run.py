@@ -180,9 +180,10 @@ def simulate(
         scheduler.step(now)
         active = backend.active(now)
         running = [job for job in active if job.allocation]
-        timeline.append(
-            TimelinePoint(now, sum(job.num_gpus for job in running), len(running), len(active) - len(running))
-        )
+        by_type = dict.fromkeys(config.cluster.gpu_types, 0)
+        for job in running:
+            by_type[job.gpu_type] += job.num_gpus
+        timeline.append(TimelinePoint(now, sum(by_type.values()), len(running), len(active) - len(running), by_type))
         if on_round is not None:
             on_round(now, sum(job.done for job in backend.jobs), len(backend.jobs))
     records = _records(backend, timeline, config)
@@ -190,7 +191,7 @@ def simulate(
         policy.name,
         records,
         tuple(timeline),
-        summarize(records, timeline, config.cluster.num_gpus),
+        summarize(records, timeline, {t: config.cluster.gpus_of_type(t) for t in config.cluster.gpu_types}),
         time.perf_counter() - started,
     )
 
@@ -221,6 +222,7 @@ def _records(backend: SimBackend, timeline: Sequence[TimelinePoint], config: Sim
                 fair_share_gpus=share,
                 isolated_jct_s=alone,
                 fairness=None if jct is None or not alone else jct / alone,
+                gpu_seconds_by_type=dict(job.gpu_s_by_type),
             )
         )
     return tuple(records)
