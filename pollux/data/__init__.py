@@ -1,23 +1,29 @@
-"""The Pollux artifact's data: find it, get it, check it, read it.
+"""The artifacts' data (Pollux OSDI'21, `pollux-osdi21`; Sia SOSP'23, `sia-sosp23`): find it, get it, check it,
+read it.
 
-Only code and the sha256 manifest live here; the data files themselves are found at run time (docs/design.md, Data).
+Only code and the sha256 manifests live here; the data files themselves are found at run time (docs/design.md,
+Data). Every function takes the artifact (default `pollux-osdi21`).
 - `pollux.data.locate.find_data_dir`: where the data is, and which rule found it.
 - `pollux.data.fetch.fetch`: download it into the user cache, every file checked against the manifest.
 - `pollux.data.verify.verify`: check a folder against the manifest.
-- `pollux.data.profiles.load_profile`: one model's measured profile, typed.
+- `pollux.data.profiles.load_profile`: one model's measured profile (on one GPU type), typed;
+  `load_typed_profiles`: one per GPU type it was profiled on.
 `fetch` and `verify` are not re-exported here: a package attribute named like its submodule shadows the module,
 and reading profiles should not load the HTTP stack.
 """
 
-from pollux.data.locate import DataLocation, default_cache_dir, find_data_dir
-from pollux.data.profiles import MODELS, JobProfile, available_models, load_profile
+from pollux.data.locate import ARTIFACTS, Artifact, DataLocation, default_cache_dir, find_data_dir
+from pollux.data.profiles import MODELS, JobProfile, available_models, load_profile, load_typed_profiles
 
 __all__ = [
+    "ARTIFACTS",
     "MODELS",
+    "Artifact",
     "DataLocation",
     "JobProfile",
     "available_models",
     "default_cache_dir",
     "find_data_dir",
     "load_profile",
+    "load_typed_profiles",
 ]

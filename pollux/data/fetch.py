@@ -1,4 +1,4 @@
-"""Download the artifact's data from its public origin into the user cache, checking every byte.
+"""Download an artifact's data from its public origin into the user cache, checking every byte.
 
 Each file goes to a temporary name beside its target and is renamed into place only once its sha256 matches the
 manifest (pooch does this for plain copies; `_install` for the derived anchor results), so an interrupted or
@@ -21,14 +21,20 @@ import requests
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TransferSpeedColumn
 
-from pollux.data.locate import CACHE_DIR_ENV, DATA_DIR_ENV, default_cache_dir
-from pollux.data.manifest import DERIVATIONS, Manifest, ManifestEntry, load_manifest, sha256_file
+from pollux.data.locate import CACHE_DIR_ENV, DATA_DIR_ENVS, DATASET, Artifact, check_artifact, default_cache_dir
+from pollux.data.manifest import DERIVATIONS, ORIGINS, Manifest, ManifestEntry, load_manifest, sha256_file
 from pollux.errors import DataIntegrityError, DataNotFoundError
 
 DEFAULT_BASE_URL = (
     "https://raw.githubusercontent.com/petuum/adaptdl/c793c7089bd307462686339d29707925c461f9a9/simulator/"
 )
 TIMEOUT_S = 30.0
+
+
+def default_base_url(artifact: Artifact = DATASET) -> str:
+    """The raw-file URL of `artifact`'s origin folder at its pinned commit (`DEFAULT_BASE_URL` for Pollux's)."""
+    repository, commit, folder = ORIGINS[check_artifact(artifact)]
+    return f"{repository.replace('https://github.com/', 'https://raw.githubusercontent.com/')}/{commit}/{folder}"
 
 
 class _Bytes:
@@ -91,10 +97,11 @@ def _progress_bar(show: bool, total: int) -> Iterator[_Bytes]:
         yield _Bytes(progress, progress.add_task("pollux data", total=total))
 
 
-def _unreachable(url: str, reason: str) -> DataNotFoundError:
+def _unreachable(url: str, reason: str, artifact: Artifact) -> DataNotFoundError:
+    retry = "pollux data fetch" if artifact == DATASET else f"pollux data fetch --artifact {artifact}"
     return DataNotFoundError(
-        f"cannot download {url} ({reason}); set {DATA_DIR_ENV} to a copy of the data, "
-        "or retry `pollux data fetch --base-url URL` with a reachable mirror"
+        f"cannot download {url} ({reason}); set {DATA_DIR_ENVS[artifact]} to a copy of the data, "
+        f"or retry `{retry} --base-url URL` with a reachable mirror"
     )
 
 
@@ -143,7 +150,7 @@ def _fetch_derived(entry: ManifestEntry, url: str, target: Path, downloader: poo
     _install(target, content, entry, url)
 
 
-def _fetch_one(entry: ManifestEntry, base_url: str, dest: Path, bar: _Bytes) -> None:
+def _fetch_one(entry: ManifestEntry, base_url: str, dest: Path, bar: _Bytes, artifact: Artifact) -> None:
     url = base_url + str(entry.origin)
     target = dest / entry.path
     downloader = pooch.HTTPDownloader(progressbar=bar, timeout=TIMEOUT_S)
@@ -160,11 +167,11 @@ def _fetch_one(entry: ManifestEntry, base_url: str, dest: Path, bar: _Bytes) -> 
             )
     except requests.exceptions.HTTPError as err:
         status = err.response.status_code if err.response is not None else "error"
-        raise _unreachable(url, f"HTTP {status}") from err
+        raise _unreachable(url, f"HTTP {status}", artifact) from err
     except requests.exceptions.Timeout as err:
-        raise _unreachable(url, f"no answer in {TIMEOUT_S:g} s") from err
+        raise _unreachable(url, f"no answer in {TIMEOUT_S:g} s", artifact) from err
     except requests.exceptions.RequestException as err:
-        raise _unreachable(url, f"{type(err).__name__}: cannot connect") from err
+        raise _unreachable(url, f"{type(err).__name__}: cannot connect", artifact) from err
     except ValueError as err:  # pooch's sha256 mismatch (it has already deleted the download)
         raise _corrupt(entry, url, "does not match the manifest's sha256") from err
 
@@ -175,19 +182,23 @@ def _is_verified(path: Path, entry: ManifestEntry) -> bool:
 
 def fetch(
     dest: Path | None = None,
-    base_url: str = DEFAULT_BASE_URL,
+    base_url: str | None = None,
     progress: bool = True,
     manifest: Manifest | None = None,
+    artifact: Artifact = DATASET,
 ) -> Path:
-    """Fill `dest` (default: the user cache) with every fetchable manifest file; return `dest`.
+    """Fill `dest` (default: the user cache of `artifact`) with every fetchable file of its manifest; return `dest`.
 
-    `base_url` is the origin's `simulator/` folder or a mirror in the same layout. `manifest` restricts the fetch
-    to some files (tests, partial mirrors). Raises `DataNotFoundError` when the origin cannot be reached and
+    `base_url` is the origin's folder (`simulator/` for Pollux's, `sia-simulator/` for Sia's; default: the public
+    origin at the pinned commit) or a mirror in the same layout. `manifest` restricts the fetch to some files
+    (tests, partial mirrors). Raises `DataNotFoundError` when the origin cannot be reached and
     `DataIntegrityError` when a downloaded file does not match its sha256; either way no unverified file and no
     folder created by this call is left behind.
     """
-    dest = Path(dest).expanduser() if dest is not None else default_cache_dir()
-    manifest = manifest or load_manifest()
+    artifact = check_artifact(artifact)
+    dest = Path(dest).expanduser() if dest is not None else default_cache_dir(artifact)
+    manifest = manifest or load_manifest(artifact)
+    base_url = base_url or default_base_url(artifact)
     base_url = base_url if base_url.endswith("/") else base_url + "/"
     todo = [e for e in manifest.files if e.origin is not None and not _is_verified(dest / e.path, e)]
     created: list[Path] = []
@@ -197,7 +208,7 @@ def fetch(
             for entry in todo:
                 _mkdirs((dest / entry.path).parent, created)
                 bar.start(entry)
-                _fetch_one(entry, base_url, dest, bar)
+                _fetch_one(entry, base_url, dest, bar, artifact)
                 bar.finish()
     except BaseException as err:
         for folder in reversed(created):
@@ -206,7 +217,8 @@ def fetch(
         if isinstance(err, OSError):  # the network's OSErrors became PolluxErrors in _fetch_one
             raise DataNotFoundError(
                 f"cannot write the data to {dest} ({err.strerror or err}); choose another folder with "
-                f"`pollux data fetch --dest DIR` or {CACHE_DIR_ENV}, or set {DATA_DIR_ENV} to a copy of the data"
+                f"`pollux data fetch --dest DIR` or {CACHE_DIR_ENV}, or set {DATA_DIR_ENVS[artifact]} to a copy of "
+                "the data"
             ) from err
         raise
     return dest

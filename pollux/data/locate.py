@@ -1,8 +1,10 @@
-"""Find the artifact's data folder at run time (docs/design.md, section Data).
+"""Find an artifact's data folder at run time (docs/design.md, section Data).
 
-The project never ships the data; it looks, in this order, at `--data-dir`, `$POLLUX_DATA_DIR`, the
-`../shared/data/pollux-osdi21` folder beside the repository (development and CI), and the user cache that
-`pollux data fetch` fills.
+The project never ships the data. Two artifacts are read: the Pollux OSDI'21 one (`pollux-osdi21`: profiles on T4
+GPUs, workloads, published results) and the Sia SOSP'23 one (`sia-sosp23`: the same jobs profiled on six GPU types,
+Philly and Helios workloads). For each it looks, in this order, at the folder given explicitly (`--data-dir`), its
+environment variable (`$POLLUX_DATA_DIR`, `$POLLUX_SIA_DATA_DIR`), the `../shared/data/<artifact>` folder beside the
+repository (development and CI), and the user cache that `pollux data fetch` fills.
 """
 
 from __future__ import annotations
@@ -10,15 +12,24 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
 from pollux.errors import DataNotFoundError
 
-DATASET = "pollux-osdi21"
+Artifact = Literal["pollux-osdi21", "sia-sosp23"]
+ARTIFACTS: tuple[Artifact, ...] = get_args(Artifact)
+
+DATASET: Artifact = "pollux-osdi21"  # the default artifact, what every caller without an `artifact` argument reads
+SIA_DATASET: Artifact = "sia-sosp23"
+
 DATA_DIR_ENV = "POLLUX_DATA_DIR"
+SIA_DATA_DIR_ENV = "POLLUX_SIA_DATA_DIR"
 CACHE_DIR_ENV = "POLLUX_CACHE_DIR"
+DATA_DIR_ENVS: dict[Artifact, str] = {DATASET: DATA_DIR_ENV, SIA_DATASET: SIA_DATA_DIR_ENV}
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_DATA_DIR = REPO_ROOT.parent / "shared" / "data" / DATASET
+SIA_SHARED_DATA_DIR = REPO_ROOT.parent / "shared" / "data" / SIA_DATASET
 
 FETCH_HINT = f"set {DATA_DIR_ENV}=/path/to/{DATASET} or run `pollux data fetch`"
 
@@ -28,7 +39,26 @@ class DataLocation:
     """Where the data was found, and which rule found it (shown by `pollux data status`)."""
 
     path: Path
-    source: str  # "--data-dir" | "POLLUX_DATA_DIR" | "shared" | "cache"
+    source: str  # "--data-dir" | "POLLUX_DATA_DIR" | "POLLUX_SIA_DATA_DIR" | "shared" | "cache"
+
+
+def check_artifact(artifact: str) -> Artifact:
+    """`artifact` as a known name, or a `DataNotFoundError` listing the known ones."""
+    if artifact not in ARTIFACTS:
+        raise DataNotFoundError(f"unknown artifact {artifact!r}; known: {', '.join(ARTIFACTS)}")
+    return artifact
+
+
+def fetch_hint(artifact: Artifact = DATASET) -> str:
+    """What to do when `artifact`'s data is nowhere: its environment variable, or the fetch command."""
+    command = "pollux data fetch" if artifact == DATASET else f"pollux data fetch --artifact {artifact}"
+    return f"set {DATA_DIR_ENVS[artifact]}=/path/to/{artifact} or run `{command}`"
+
+
+def shared_data_dir(artifact: Artifact = DATASET) -> Path:
+    """`../shared/data/<artifact>` beside the repository; read from the module's names at each call, so tests can
+    point them elsewhere."""
+    return SHARED_DATA_DIR if artifact == DATASET else SIA_SHARED_DATA_DIR
 
 
 def cache_root() -> Path:
@@ -40,37 +70,42 @@ def cache_root() -> Path:
     return base / "pollux"
 
 
-def default_cache_dir() -> Path:
-    """Where `pollux data fetch` puts the data unless told otherwise."""
-    return cache_root() / DATASET
+def default_cache_dir(artifact: Artifact = DATASET) -> Path:
+    """Where `pollux data fetch` puts an artifact's data unless told otherwise."""
+    return cache_root() / check_artifact(artifact)
 
 
 def looks_like_data(path: Path) -> bool:
-    """A folder holding the artifact has `profiles/`; checking that avoids picking up an empty shell."""
+    """A folder holding either artifact has `profiles/`; checking that avoids picking up an empty shell."""
     return (path / "profiles").is_dir()
 
 
-def _given_dir(path: Path, source: str) -> DataLocation:
+def _given_dir(path: Path, source: str, artifact: Artifact) -> DataLocation:
     """A folder the user named must exist: silently falling back elsewhere would hide their mistake."""
     path = path.expanduser()
+    hint = fetch_hint(artifact)
     if not path.is_dir():
-        raise DataNotFoundError(f"{source} {path} does not exist or is not a folder; {FETCH_HINT}")
+        raise DataNotFoundError(f"{source} {path} does not exist or is not a folder; {hint}")
     if not looks_like_data(path):
         raise DataNotFoundError(
-            f"{source} {path} has no profiles/ folder: point it at the {DATASET} folder itself; {FETCH_HINT}"
+            f"{source} {path} has no profiles/ folder: point it at the {artifact} folder itself; {hint}"
         )
     return DataLocation(path=path.resolve(), source=source)
 
 
-def find_data_dir(data_dir: Path | None = None) -> DataLocation:
-    """Resolve the data folder: explicit argument > `$POLLUX_DATA_DIR` > shared folder > user cache."""
+def find_data_dir(data_dir: Path | None = None, artifact: Artifact = DATASET) -> DataLocation:
+    """Resolve an artifact's data folder: explicit argument > its environment variable > shared folder > cache."""
+    artifact = check_artifact(artifact)
     if data_dir is not None:
-        return _given_dir(Path(data_dir), "--data-dir")
-    if env_dir := os.environ.get(DATA_DIR_ENV):
-        return _given_dir(Path(env_dir), DATA_DIR_ENV)
-    if looks_like_data(SHARED_DATA_DIR):
-        return DataLocation(path=SHARED_DATA_DIR.resolve(), source="shared")
-    cache_dir = default_cache_dir()
+        return _given_dir(Path(data_dir), "--data-dir", artifact)
+    env = DATA_DIR_ENVS[artifact]
+    if env_dir := os.environ.get(env):
+        return _given_dir(Path(env_dir), env, artifact)
+    shared = shared_data_dir(artifact)
+    if looks_like_data(shared):
+        return DataLocation(path=shared.resolve(), source="shared")
+    cache_dir = default_cache_dir(artifact)
     if looks_like_data(cache_dir):
         return DataLocation(path=cache_dir.resolve(), source="cache")
-    raise DataNotFoundError(f"Pollux data not found (looked in {SHARED_DATA_DIR} and {cache_dir}); {FETCH_HINT}")
+    label = "Pollux data" if artifact == DATASET else f"{artifact} data"
+    raise DataNotFoundError(f"{label} not found (looked in {shared} and {cache_dir}); {fetch_hint(artifact)}")

@@ -1,10 +1,12 @@
-"""The committed manifest: every data file's sha256 and size, and where it comes from at the origin.
+"""The committed manifests: every data file's sha256 and size, and where it comes from at its origin.
 
-The origin is the Pollux OSDI'21 artifact, github.com/petuum/adaptdl at a fixed commit, folder `simulator/`.
-Its layout differs from ours, so each local path maps to an origin path (`origin_path_for`). Most files are
-byte-identical copies. The published results (`anchor-results/.../jcts.json`) are not: they hold the per-job
-completion times of workloads 1-4 taken out of the origin's `summary.json` (which also covers workloads 5-8 and
-averages); those entries name the transform (`derive`) that rebuilds them, and their sha256 checks the result.
+One manifest per artifact, in this package: `manifest.json` for the Pollux OSDI'21 artifact (github.com/petuum/adaptdl
+at a fixed commit, folder `simulator/`) and `manifest-sia-sosp23.json` for the Sia SOSP'23 one
+(github.com/siasosp23/artifacts at a fixed commit, folder `sia-simulator/`). Their layouts differ from ours, so each
+local path maps to an origin path (`origin_path_for`). Most files are byte-identical copies. The Pollux artifact's
+published results (`anchor-results/.../jcts.json`) are not: they hold the per-job completion times of workloads 1-4
+taken out of the origin's `summary.json` (which also covers workloads 5-8 and averages); those entries name the
+transform (`derive`) that rebuilds them, and their sha256 checks the result.
 """
 
 from __future__ import annotations
@@ -16,11 +18,23 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from pollux.data.locate import DATASET, SIA_DATASET, Artifact, check_artifact
 from pollux.errors import DataIntegrityError
 
 ORIGIN_REPOSITORY = "https://github.com/petuum/adaptdl"
 ORIGIN_COMMIT = "c793c7089bd307462686339d29707925c461f9a9"
 ORIGIN_FOLDER = "simulator/"
+
+SIA_ORIGIN_REPOSITORY = "https://github.com/siasosp23/artifacts"
+SIA_ORIGIN_COMMIT = "aaf7a0de7b6cb5eab06ea020467ede5d2fd18e70"
+SIA_ORIGIN_FOLDER = "sia-simulator/"
+
+# artifact: (repository, commit, folder of the origin), and the manifest file in this package
+ORIGINS: dict[Artifact, tuple[str, str, str]] = {
+    DATASET: (ORIGIN_REPOSITORY, ORIGIN_COMMIT, ORIGIN_FOLDER),
+    SIA_DATASET: (SIA_ORIGIN_REPOSITORY, SIA_ORIGIN_COMMIT, SIA_ORIGIN_FOLDER),
+}
+MANIFEST_FILES: dict[Artifact, str] = {DATASET: "manifest.json", SIA_DATASET: "manifest-sia-sosp23.json"}
 
 ANCHOR_WORKLOADS = ("workload-1", "workload-2", "workload-3", "workload-4")
 
@@ -60,8 +74,11 @@ def derive_anchor_jcts(summary: bytes) -> bytes:
 DERIVATIONS: dict[str, Callable[[bytes], bytes]] = {"anchor-jcts": derive_anchor_jcts}
 
 
-def origin_path_for(path: str) -> tuple[str | None, str | None]:
-    """Map a local relative path to (origin relative path, derivation); (None, None) if it has no origin."""
+def origin_path_for(path: str, artifact: Artifact = DATASET) -> tuple[str | None, str | None]:
+    """Map a local relative path of `artifact` to (origin relative path, derivation); (None, None) if it has no
+    origin."""
+    if check_artifact(artifact) == SIA_DATASET:
+        return _sia_origin_path(path), None
     parts = path.split("/")
     if parts[0] == "profiles" and len(parts) == 3:
         return f"traces/{parts[1]}/{parts[2]}", None
@@ -72,6 +89,19 @@ def origin_path_for(path: str) -> tuple[str | None, str | None]:
     if parts[0] == "anchor-results" and len(parts) == 4 and parts[3] == "jcts.json":
         return f"{parts[1]}/{parts[2]}/summary.json", "anchor-jcts"
     return None, None
+
+
+def _sia_origin_path(path: str) -> str | None:
+    """Sia's `sia-simulator/`: `traces/<model>/<file>` → `profiles/<model>/<file>`, and `workloads/<trace>/<file>`
+    (philly, saturn) in the same place."""
+    parts = path.split("/")
+    if len(parts) != 3:
+        return None
+    if parts[0] == "profiles":
+        return f"traces/{parts[1]}/{parts[2]}"
+    if parts[0] == "workloads":
+        return path
+    return None
 
 
 def sha256_file(path: Path) -> str:
@@ -118,7 +148,9 @@ def manifest_from_json(text: str, source: str = "manifest.json") -> Manifest:
     return manifest
 
 
-def load_manifest() -> Manifest:
-    """The manifest shipped inside the package (`pollux/data/manifest.json`)."""
-    text = resources.files("pollux.data").joinpath("manifest.json").read_text(encoding="utf-8")
-    return manifest_from_json(text)
+def load_manifest(artifact: Artifact = DATASET) -> Manifest:
+    """The manifest of `artifact` shipped inside the package (`pollux/data/manifest.json` for the Pollux artifact,
+    `pollux/data/manifest-sia-sosp23.json` for Sia's)."""
+    name = MANIFEST_FILES[check_artifact(artifact)]
+    text = resources.files("pollux.data").joinpath(name).read_text(encoding="utf-8")
+    return manifest_from_json(text, source=name)

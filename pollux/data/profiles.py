@@ -1,6 +1,11 @@
-"""Typed view of one model's measured profile (the artifact's `profiles/<model>/` folder).
+"""Typed view of one model's measured profile (an artifact's `profiles/<model>/` folder).
 
-The loader (`load_profile`) is below the types; every parse error names file, line and column.
+The Pollux artifact measured each model on one GPU type (T4): `placements.csv`, `scalability.csv`. The Sia artifact
+measured them on several, one pair of files per type (`placements-<type>.csv`, `scalability-<type>.csv`; its
+`placements.csv` is the `aws` file), with validation runs shared by every type: statistical efficiency does not
+depend on the GPU (docs/design.md, "Job models per GPU type"). A `JobProfile` is one model on one type.
+The loaders (`load_profile`, `load_typed_profiles`) are below the types; every parse error names file, line and
+column.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pollux.data.locate import find_data_dir
+from pollux.data.locate import DATASET, Artifact, find_data_dir
 from pollux.errors import ProfileError
 
 MODELS: tuple[str, ...] = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
@@ -68,6 +73,7 @@ class JobProfile:
     placements: PlacementRows
     scalability: ScalabilityRows
     validation: dict[int, ValidationRun]  # keyed by total batch size, ascending
+    gpu_type: str | None = None  # the type the step times were measured on; None: the files without a suffix
 
     @property
     def init_batch_size(self) -> int:
@@ -83,11 +89,22 @@ class JobProfile:
 Parser = Callable[[str], int | float | str]
 
 
+def _integer(text: str) -> int:
+    """An integer, also when written as a whole float (`20.0`, as some of Sia's files have it)."""
+    try:
+        return int(text)
+    except ValueError:
+        value = float(text)  # a ValueError here too: not a number at all
+        if not value.is_integer():
+            raise ValueError(text) from None
+        return int(value)
+
+
 def _number(text: str, integer: bool, minimum: float | None, accepted: str) -> int | float:
     """Parse one cell; the ValueError's text becomes the 'what is wrong' part of the ProfileError."""
     try:
-        value: int | float = int(text) if integer else float(text)
-    except ValueError:
+        value: int | float = _integer(text) if integer else float(text)
+    except (ValueError, OverflowError):
         raise ValueError(f"not {'an integer' if integer else 'a number'}; expected {accepted}") from None
     if not math.isfinite(value):
         raise ValueError(f"not finite; expected {accepted}")
@@ -223,26 +240,64 @@ def _read_validation(folder: Path) -> dict[int, ValidationRun]:
     return dict(sorted(runs.items()))
 
 
-def available_models(data_dir: Path | None = None) -> tuple[str, ...]:
-    """Models with a profile folder (one holding `placements.csv`) in the data, sorted."""
-    profiles = find_data_dir(data_dir).path / "profiles"
-    return tuple(sorted(p.parent.name for p in profiles.glob("*/placements.csv")))
+def available_models(data_dir: Path | None = None, artifact: Artifact = DATASET) -> tuple[str, ...]:
+    """Models with a profile folder (one holding `placements.csv` or `placements-<type>.csv`) in the data, sorted."""
+    profiles = find_data_dir(data_dir, artifact).path / "profiles"
+    return tuple(sorted({p.parent.name for p in profiles.glob("*/placements*.csv")}))
 
 
-def load_profile(model: str, data_dir: Path | None = None) -> JobProfile:
-    """Read `profiles/<model>/` from the data folder (see `find_data_dir`) into a `JobProfile`.
+def profiled_gpu_types(folder: Path) -> tuple[str, ...]:
+    """The GPU types with a `placements-<type>.csv` in a model's folder, sorted by name."""
+    return tuple(sorted(p.name[len("placements-") : -len(".csv")] for p in folder.glob("placements-?*.csv")))
 
-    A model is known if it is one of the artifact's `MODELS` or has a profile folder; for a known model a missing
-    file is reported as such, rather than as an unknown model.
-    """
-    root = find_data_dir(data_dir).path
+
+def _model_folder(model: str, root: Path) -> Path:
+    """`profiles/<model>/`; a model is known if it is one of the Pollux artifact's `MODELS` or has a profile folder,
+    and for a known model a missing file is reported as such, rather than as an unknown model."""
     folder = root / "profiles" / model
     known = sorted(set(MODELS) | set(available_models(root)))
     if model not in known:
         raise ProfileError(f"unknown model {model!r} (no folder {folder}); known models: {', '.join(known)}")
+    return folder
+
+
+def _typed(folder: Path, model: str, gpu_type: str | None, validation: dict[int, ValidationRun] | None) -> JobProfile:
+    """The profile of one type; `validation` read here (after the step times) when not given."""
+    suffix = "" if gpu_type is None else f"-{gpu_type}"
+    if gpu_type is not None and not (folder / f"placements{suffix}.csv").is_file():
+        types = ", ".join(profiled_gpu_types(folder)) or "none"
+        raise ProfileError(
+            f"{folder / f'placements{suffix}.csv'}: model {model!r} was not profiled on GPU type {gpu_type!r}; "
+            f"profiled types: {types}"
+        )
+    placements = _read_placements(folder / f"placements{suffix}.csv")
+    scalability = _read_scalability(folder / f"scalability{suffix}.csv")
     return JobProfile(
         model=model,
-        placements=_read_placements(folder / "placements.csv"),
-        scalability=_read_scalability(folder / "scalability.csv"),
-        validation=_read_validation(folder),
+        placements=placements,
+        scalability=scalability,
+        validation=_read_validation(folder) if validation is None else validation,
+        gpu_type=gpu_type,
     )
+
+
+def load_profile(
+    model: str, data_dir: Path | None = None, *, gpu_type: str | None = None, artifact: Artifact = DATASET
+) -> JobProfile:
+    """Read `profiles/<model>/` from the data folder (see `find_data_dir`) into a `JobProfile`: the step times of
+    `placements-<gpu_type>.csv` and `scalability-<gpu_type>.csv`, or of the files without a suffix when `gpu_type`
+    is None (the Pollux artifact's, measured on T4)."""
+    root = find_data_dir(data_dir, artifact).path
+    folder = _model_folder(model, root)
+    return _typed(folder, model, gpu_type, None)
+
+
+def load_typed_profiles(
+    model: str, data_dir: Path | None = None, artifact: Artifact = DATASET
+) -> dict[str, JobProfile]:
+    """One `JobProfile` per GPU type `model` was profiled on (every `placements-<type>.csv`), sharing one read of
+    the validation runs; by type name, sorted. Empty when the folder has no typed files (the Pollux artifact)."""
+    root = find_data_dir(data_dir, artifact).path
+    folder = _model_folder(model, root)
+    validation = _read_validation(folder)
+    return {gpu_type: _typed(folder, model, gpu_type, validation) for gpu_type in profiled_gpu_types(folder)}

@@ -1,10 +1,11 @@
-"""Check a data folder against the committed manifest: the simulator's fidelity rests on these exact bytes."""
+"""Check a data folder against its committed manifest: the simulator's fidelity rests on these exact bytes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+from pollux.data.locate import DATASET, Artifact
 from pollux.data.manifest import Manifest, load_manifest, sha256_file
 
 
@@ -32,9 +33,9 @@ class VerifyReport:
         return text
 
 
-def verify(path: Path, manifest: Manifest | None = None) -> VerifyReport:
-    """Hash every manifest file under `path` (cheap: the whole set is a few MB)."""
-    manifest = manifest or load_manifest()
+def verify(path: Path, manifest: Manifest | None = None, artifact: Artifact = DATASET) -> VerifyReport:
+    """Hash every file of `manifest` (default: `artifact`'s) under `path` (cheap: each set is a few MB)."""
+    manifest = manifest or load_manifest(artifact)
     root = Path(path)
     missing, mismatched, checked = [], [], 0
     for entry in manifest.files:

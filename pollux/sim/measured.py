@@ -14,9 +14,11 @@ Fidelity with the published completion times depends on answering exactly as the
 Where the artifact fails (a `local_bsz` outside a measured placement's rows raises in `interp1d`; a point outside the
 convex hull gives NaN and trips an assert), we answer instead of crashing, so those configurations never occurred in
 its published runs: a measured placement outside its rows falls back to the interpolation over counts, and a point
-outside the hull falls back to the throughput model fitted to the whole profile (`pollux.calibration`). A batch size
-outside the measured ones (the artifact asserts) uses the nearest measured run. Configurations within a model's
-bounds (per-GPU batch in [min_local_bsz, max_local_bsz], K·m ≤ max_batch_size) never need a fallback.
+outside the hull falls back to the throughput model fitted to the whole profile (`pollux.calibration`), as does every
+unmeasured placement of a profile whose points span no volume (Sia's `quad` type, measured on one node only: no
+triangulation exists). A batch size outside the measured ones (the artifact asserts) uses the nearest measured run.
+Configurations within a model's bounds (per-GPU batch in [min_local_bsz, max_local_bsz], K·m ≤ max_batch_size) never
+need a fallback.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 from scipy.interpolate import LinearNDInterpolator
+from scipy.spatial import QhullError
 
 from pollux.calibration import profile_samples
 from pollux.data.profiles import MODELS, JobProfile, load_profile
@@ -122,6 +125,7 @@ class MeasuredJobModel:
             for key, idx in by_placement.items()
         }
         self._counts: LinearNDInterpolator | None = None  # built on first use: a Delaunay triangulation
+        self._flat = False  # the count points span no volume: no triangulation, every unmeasured point extrapolates
         self._fitted: ThroughputParams | None = None  # fitted on first use, only outside the measured hull
         self._step_cache: dict[tuple[tuple[int, ...], int], tuple[float, float]] = {}
         self._normalized_cache: dict[tuple[tuple[int, ...], int], tuple[float, float]] = {}
@@ -189,11 +193,16 @@ class MeasuredJobModel:
             return rows.at(local_bsz)
         num_nodes = min(len(placement), MAX_INTERPOLATED_NODES)
         num_replicas = sum(placement)
-        if self._counts is None:
+        if self._counts is None and not self._flat:
             # One interpolator answers like the artifact's fresh one per call: each call starts its simplex walk at
             # simplex 0, and that matters, because on the grid's cospherical points the triangulation is not
             # conforming and the walk decides which of two tetrahedra (and values) a point on their plane gets.
-            self._counts = LinearNDInterpolator(*_count_points(self.profile))
+            try:
+                self._counts = LinearNDInterpolator(*_count_points(self.profile))
+            except QhullError:
+                self._flat = True
+        if self._counts is None:
+            return self._extrapolate(len(placement), num_replicas, local_bsz)
         step_s, sync_s = self._counts(np.array([[num_nodes, num_replicas, local_bsz]], dtype=np.float64))[0]
         if np.isfinite(step_s) and np.isfinite(sync_s):
             return float(step_s), float(sync_s)

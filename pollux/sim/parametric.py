@@ -1,9 +1,15 @@
-"""Job types described by numbers alone (docs/design.md, "Simulated jobs").
+"""Job types described by numbers alone (docs/design.md, "Simulated jobs" and "Job models per GPU type").
 
 Where no measured profile exists (a fresh clone without the data, or a user's own model), a job type is its batch
 bounds, the throughput model's seven `ThroughputParams`, a short table of the gradient noise scale φ against the
 fraction of training done, and its length in epochs of M0-steps. `catalog.toml` beside this file ships the six
 artifact models, derived from their profiles by `scripts/make_catalog.py`; its header documents the format.
+
+The top-level numbers describe the job on one GPU type (`gpu_type`, by default `aws`, the Pollux artifact's T4).
+On other types the same job has its own `ThroughputParams` and per-GPU batch bounds (`[name.gpu.<type>]` tables):
+what it learns per example does not depend on the GPU, how fast it computes, synchronizes and how much fits in
+memory does. `load_catalog` reads the top-level type (what every caller read before there were types);
+`load_typed_catalog` reads every type as a `TypedJobModel`.
 """
 
 from __future__ import annotations
@@ -11,15 +17,17 @@ from __future__ import annotations
 import math
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from pollux.cluster import DEFAULT_GPU_TYPE
 from pollux.errors import CatalogError
 from pollux.goodput import GradientStats, ThroughputParams, compute_time, iteration_time
 from pollux.goodput.throughput import PARAM_NAMES
+from pollux.sim.typed import TypedJobModel
 
 DEFAULT_CATALOG = Path(__file__).with_name("catalog.toml")
 
@@ -80,8 +88,10 @@ class ParametricJobModel:
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _COUNTS = ("init_batch_size", "max_batch_size", "min_local_bsz", "max_local_bsz", "max_epochs")
-_FIELDS = (*_COUNTS, "progress_per_epoch", "throughput", "noise_scale", "description")
-_OPTIONAL = ("description",)
+_FIELDS = (*_COUNTS, "progress_per_epoch", "throughput", "noise_scale", "description", "gpu_type", "gpu")
+_OPTIONAL = ("description", "gpu_type", "gpu")
+_GPU_FIELDS = ("throughput", "min_local_bsz", "max_local_bsz")  # what differs on another GPU type
+_GPU_OPTIONAL = ("min_local_bsz", "max_local_bsz")  # absent: the top-level bounds
 
 
 class _Entry:
@@ -116,20 +126,55 @@ class _Entry:
             self.fail(field_name, f"{value!r} out of range; expected a number {bound}")
         return float(value)
 
-    def count(self, field_name: str) -> int:
-        value = self.table[field_name]
+    def count(self, field_name: str, table: dict | None = None, prefix: str = "") -> int:
+        value = (self.table if table is None else table)[field_name]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            self.fail(field_name, f"{value!r} is not a positive integer; expected an integer >= 1")
+            self.fail(f"{prefix}{field_name}", f"{value!r} is not a positive integer; expected an integer >= 1")
         return value
 
-    def throughput(self) -> ThroughputParams:
-        table = self.table["throughput"]
+    def throughput(self, table: Any = None, prefix: str = "") -> ThroughputParams:
+        table = self.table["throughput"] if table is None else table
         if not isinstance(table, dict):
-            self.fail("throughput", f"expected a table [{self.name}.throughput] with {', '.join(PARAM_NAMES)}")
-        self.keys(table, PARAM_NAMES, prefix="throughput.")
-        values = [self.number(table[k], f"throughput.{k}", 0.0) for k in PARAM_NAMES]
-        self.number(table["gamma"], "throughput.gamma", 1.0)
+            self.fail(
+                f"{prefix}throughput",
+                f"expected a table [{self.name}.{prefix}throughput] with {', '.join(PARAM_NAMES)}",
+            )
+        self.keys(table, PARAM_NAMES, prefix=f"{prefix}throughput.")
+        values = [self.number(table[k], f"{prefix}throughput.{k}", 0.0) for k in PARAM_NAMES]
+        self.number(table["gamma"], f"{prefix}throughput.gamma", 1.0)
         return ThroughputParams(*values)
+
+    def bounds(self, min_local_bsz: int, max_local_bsz: int, max_batch_size: int, prefix: str = "") -> None:
+        if min_local_bsz > max_local_bsz:
+            self.fail(f"{prefix}min_local_bsz", f"{min_local_bsz} > max_local_bsz = {max_local_bsz}")
+        if min_local_bsz > max_batch_size:
+            self.fail(f"{prefix}min_local_bsz", f"{min_local_bsz} > max_batch_size = {max_batch_size}")
+
+    def gpu_type(self) -> str:
+        value = self.table.get("gpu_type", DEFAULT_GPU_TYPE)
+        if not isinstance(value, str) or not _NAME.fullmatch(value):
+            self.fail("gpu_type", f"{value!r} is not a GPU type name; expected letters, digits, '_', '.', '-'")
+        return value
+
+    def typed(self, base: ParametricJobModel) -> TypedJobModel:
+        """`base` on its own type (`gpu_type`), and on every type of the `[name.gpu.<type>]` tables."""
+        base_type = self.gpu_type()
+        tables = self.table.get("gpu", {})
+        if not isinstance(tables, dict):
+            self.fail("gpu", f"expected tables [{self.name}.gpu.<type>], one per other GPU type")
+        by_type = {base_type: base}
+        for gpu_type, table in tables.items():
+            prefix = f"gpu.{gpu_type}."
+            if not _NAME.fullmatch(gpu_type) or not isinstance(table, dict):
+                self.fail(f"gpu.{gpu_type}", f"expected a table [{self.name}.gpu.<type>], <type> a GPU type name")
+            if gpu_type == base_type:
+                self.fail(f"gpu.{gpu_type}", f"is the top-level type (gpu_type = {base_type!r}): describe it once")
+            self.keys(table, _GPU_FIELDS, prefix=prefix, optional=_GPU_OPTIONAL)
+            low, high = (self.count(k, table, prefix) if k in table else getattr(base, k) for k in _GPU_OPTIONAL)
+            self.bounds(low, high, base.max_batch_size, prefix)
+            throughput = self.throughput(table["throughput"], prefix)
+            by_type[gpu_type] = replace(base, throughput=throughput, min_local_bsz=low, max_local_bsz=high)
+        return TypedJobModel(self.name, by_type)
 
     def noise(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
         rows = self.table["noise_scale"]
@@ -151,12 +196,9 @@ class _Entry:
     def model(self) -> ParametricJobModel:
         self.keys(self.table, _FIELDS, optional=_OPTIONAL)
         counts = {name: self.count(name) for name in _COUNTS}
-        if counts["min_local_bsz"] > counts["max_local_bsz"]:
-            self.fail("min_local_bsz", f"{counts['min_local_bsz']} > max_local_bsz = {counts['max_local_bsz']}")
+        self.bounds(counts["min_local_bsz"], counts["max_local_bsz"], counts["max_batch_size"])
         if counts["init_batch_size"] > counts["max_batch_size"]:
             self.fail("init_batch_size", f"{counts['init_batch_size']} > max_batch_size = {counts['max_batch_size']}")
-        if counts["min_local_bsz"] > counts["max_batch_size"]:
-            self.fail("min_local_bsz", f"{counts['min_local_bsz']} > max_batch_size = {counts['max_batch_size']}")
         description = self.table.get("description", "")
         if not isinstance(description, str):
             self.fail("description", f"{description!r} is not a string")
@@ -172,8 +214,7 @@ class _Entry:
         )
 
 
-def load_catalog(path: Path | str | None = None) -> dict[str, ParametricJobModel]:
-    """Job types from a catalog file (default: the shipped `catalog.toml`), by name, in file order."""
+def _entries(path: Path | str | None) -> list[_Entry]:
     path = Path(path) if path is not None else DEFAULT_CATALOG
     try:
         with path.open("rb") as f:
@@ -184,4 +225,20 @@ def load_catalog(path: Path | str | None = None) -> dict[str, ParametricJobModel
         raise CatalogError(f"{path}: not valid TOML ({err})") from None
     if not document:
         raise CatalogError(f"{path}: no job types; expected one [name] table per type (see {DEFAULT_CATALOG})")
-    return {name: _Entry(path, name, table).model() for name, table in document.items()}
+    return [_Entry(path, name, table) for name, table in document.items()]
+
+
+def load_catalog(path: Path | str | None = None) -> dict[str, ParametricJobModel]:
+    """Job types from a catalog file (default: the shipped `catalog.toml`), by name, in file order; each on its
+    top-level GPU type (its `[name.gpu.<type>]` tables are checked, and read by `load_typed_catalog`)."""
+    models = {}
+    for entry in _entries(path):
+        models[entry.name] = entry.model()
+        entry.typed(models[entry.name])
+    return models
+
+
+def load_typed_catalog(path: Path | str | None = None) -> dict[str, TypedJobModel]:
+    """Job types from a catalog file (default: the shipped `catalog.toml`), by name, in file order, each on every
+    GPU type it describes: its top-level `gpu_type` and every `[name.gpu.<type>]`."""
+    return {entry.name: entry.typed(entry.model()) for entry in _entries(path)}

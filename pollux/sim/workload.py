@@ -1,11 +1,13 @@
 """Workloads: which jobs arrive when, and the GPUs and batch size their users asked for (docs/design.md, Workloads).
 
-A workload is the artifact's CSV schema `name,time,application,num_replicas,batch_size`: `time` is the submission
-second from the start of the workload; `num_replicas` and `batch_size` are the user's request, kept by the
-baselines and ignored by Pollux. Read one from a path, or by the artifact's name (`workload-1`,
-`workloads-2.0/workload-3`, `workloads-realistic/workload-2`) from the data folder. Every bad row stops the read with
-a `TraceError` naming the file, the line and the field, because a simulation on a silently skipped job answers a
-different question than the one asked.
+A workload is the artifacts' CSV schema `name,time,application,num_replicas,batch_size`: `time` is the submission
+second from the start of the workload (whole seconds; Sia's Helios traces write them as `225.0`); `num_replicas`
+and `batch_size` are the user's request, kept by the baselines and ignored by Pollux. Read one from a path, or by
+its artifact name from that artifact's data folder: the Pollux artifact's `workload-1`, `workloads-2.0/workload-3`,
+`workloads-realistic/workload-2`; the Sia artifact's `philly/workload-3` and `saturn/workload-7` (Helios).
+`workload_artifact` says which artifact a name belongs to. Every bad row stops the read with a `TraceError` naming
+the file, the line and the field, because a simulation on a silently skipped job answers a different question than
+the one asked.
 """
 
 from __future__ import annotations
@@ -17,13 +19,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from pollux.data.locate import DATASET, SIA_DATASET, Artifact, find_data_dir
 from pollux.errors import DataNotFoundError, TraceError
 
 COLUMNS: tuple[str, ...] = ("name", "time", "application", "num_replicas", "batch_size")
 WORKLOADS_FOLDER = "workloads"
 DEFAULT_SET = "workloads"
 
+SIA_WORKLOAD_SETS: tuple[str, ...] = ("philly", "saturn")  # saturn: SenseTime's Helios trace
+
 _ARTIFACT_NAME = re.compile(r"^(?:(?P<set>workloads[\w.\-]*)/)?(?P<name>workload-[\w.\-]+?)(?:\.csv)?$")
+_SIA_NAME = re.compile(rf"^(?P<set>{'|'.join(SIA_WORKLOAD_SETS)})/(?P<name>workload-[\w.\-]+?)(?:\.csv)?$")
 
 
 @dataclass(frozen=True)
@@ -53,9 +59,24 @@ class Workload:
         return len(self.jobs)
 
 
-def artifact_workload_names(data_dir: Path) -> tuple[str, ...]:
+def workload_artifact(spec: str | Path) -> Artifact | None:
+    """The artifact whose data an artifact name reads (`philly/workload-3`: "sia-sosp23"; `workload-1`:
+    "pollux-osdi21"); None for an existing file or anything else taken as a path."""
+    if Path(spec).expanduser().is_file():
+        return None
+    if _SIA_NAME.match(str(spec)):
+        return SIA_DATASET
+    if _ARTIFACT_NAME.match(str(spec)):
+        return DATASET
+    return None
+
+
+def artifact_workload_names(data_dir: Path, artifact: Artifact = DATASET) -> tuple[str, ...]:
     """The artifact names readable from `data_dir`, as `read_workload` accepts them (shown when a name is wrong)."""
     root = Path(data_dir) / WORKLOADS_FOLDER
+    if artifact == SIA_DATASET:
+        paths = (p for folder in SIA_WORKLOAD_SETS for p in (root / folder).glob("workload-*.csv"))
+        return tuple(sorted((f"{p.parent.name}/{p.stem}" for p in paths), key=_natural))
     names = []
     for path in sorted(root.glob("workloads*/workload-*.csv")):
         folder = path.parent.name
@@ -63,26 +84,36 @@ def artifact_workload_names(data_dir: Path) -> tuple[str, ...]:
     return tuple(sorted(names, key=lambda name: ("/" in name, name)))
 
 
+def _natural(name: str) -> tuple[str, int]:
+    """`philly/workload-10` after `philly/workload-9`."""
+    head, _, number = name.rpartition("-")
+    return head, int(number) if number.isdigit() else -1
+
+
 def resolve_workload(spec: str | Path, data_dir: Path | None = None) -> tuple[str, Path]:
-    """Turn a path or an artifact name into (workload name, CSV path); an existing file always wins over a name."""
+    """Turn a path or an artifact name into (workload name, CSV path); an existing file always wins over a name.
+
+    `data_dir` is the data folder of the artifact the name belongs to (`workload_artifact`); None: found as
+    `find_data_dir` does for that artifact."""
     path = Path(spec).expanduser()
     if path.is_file():
         return path.stem, path
-    match = _ARTIFACT_NAME.match(str(spec))
-    if match is None:
-        raise TraceError(f"{path}: workload file not found (nor is it an artifact name like workload-1)")
-    from pollux.data.locate import find_data_dir
-
+    artifact = workload_artifact(spec)
+    match = (_SIA_NAME if artifact == SIA_DATASET else _ARTIFACT_NAME).match(str(spec))
+    if artifact is None or match is None:
+        raise TraceError(
+            f"{path}: workload file not found (nor is it an artifact name like workload-1 or philly/workload-3)"
+        )
     try:
-        root = find_data_dir(data_dir).path
+        root = find_data_dir(data_dir, artifact).path
     except DataNotFoundError as error:
         raise DataNotFoundError(f"workload {str(spec)!r} is an artifact name, but {error}") from error
     folder = match["set"] or DEFAULT_SET
     name = match["name"] if folder == DEFAULT_SET else f"{folder}/{match['name']}"
     candidate = root / WORKLOADS_FOLDER / folder / f"{match['name']}.csv"
     if not candidate.is_file():
-        known = ", ".join(artifact_workload_names(root)) or "none"
-        raise TraceError(f"{candidate}: no artifact workload {str(spec)!r}; known: {known}")
+        known = ", ".join(artifact_workload_names(root, artifact)) or "none"
+        raise TraceError(f"{candidate}: no {artifact} workload {str(spec)!r}; known: {known}")
     return name, candidate
 
 
@@ -192,12 +223,25 @@ def _parse_row(
 
 
 def _integer(path: Path, line: int, field: str, text: str, minimum: int) -> int:
-    """An integer field at or above `minimum` (seconds are whole, as in the artifact's files)."""
+    """An integer field at or above `minimum` (seconds are whole, as in the artifacts' files; a whole number written
+    as a float, `225.0`, as Sia's Helios traces write them, is that integer)."""
     accepted = "a non-negative integer" if minimum == 0 else f"an integer >= {minimum}"
+    value: int | None
     try:
         value = int(text)
     except ValueError:
-        raise TraceError(f"{path}:{line}: field {field!r}: expected {accepted}, got {text!r}") from None
+        value = _whole_float(text)
+    if value is None:
+        raise TraceError(f"{path}:{line}: field {field!r}: expected {accepted}, got {text!r}")
     if value < minimum:
         raise TraceError(f"{path}:{line}: field {field!r}: expected {accepted}, got {value}")
     return value
+
+
+def _whole_float(text: str) -> int | None:
+    """`225.0` → 225; None for anything that is not a finite whole number."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return int(value) if value.is_integer() else None

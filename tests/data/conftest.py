@@ -1,8 +1,9 @@
-"""Fixtures for pollux.data: an isolated home and cache, the real data (when present), and a loopback HTTP origin.
+"""Fixtures for pollux.data: an isolated home and cache, the real data (when present), and loopback HTTP origins.
 
-No test touches the network or the real user cache: HOME, XDG_CACHE_HOME, POLLUX_CACHE_DIR and POLLUX_DATA_DIR are
-replaced for every test, and "the origin" is a ThreadingHTTPServer on 127.0.0.1 serving a copy of the data laid
-out as github.com/petuum/adaptdl's `simulator/` folder.
+No test touches the network or the real user cache: HOME, XDG_CACHE_HOME, POLLUX_CACHE_DIR, POLLUX_DATA_DIR and
+POLLUX_SIA_DATA_DIR are replaced for every test, and "the origin" is a ThreadingHTTPServer on 127.0.0.1 serving a
+copy of the data laid out as github.com/petuum/adaptdl's `simulator/` folder (or, for the Sia artifact, as
+github.com/siasosp23/artifacts' `sia-simulator/` folder).
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ from pollux.data import locate
 from pollux.data.manifest import load_manifest
 
 SHARED = locate.SHARED_DATA_DIR
+SIA_SHARED = locate.SIA_SHARED_DATA_DIR
 
 
-def _require_shared() -> Path:
-    if not locate.looks_like_data(SHARED):
-        pytest.skip(f"needs the real data at {SHARED}")
-    return SHARED
+def _require_shared(path: Path = SHARED) -> Path:
+    if not locate.looks_like_data(path):
+        pytest.skip(f"needs the real data at {path}")
+    return path
 
 
 @pytest.fixture(autouse=True)
@@ -39,6 +41,7 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.delenv(locate.DATA_DIR_ENV, raising=False)
+    monkeypatch.delenv(locate.SIA_DATA_DIR_ENV, raising=False)
     cache = tmp_path / "cache-root"
     monkeypatch.setenv(locate.CACHE_DIR_ENV, str(cache))
     return cache
@@ -46,9 +49,10 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def no_shared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Pretend the repository has no ../shared/data beside it."""
+    """Pretend the repository has no ../shared/data beside it (for either artifact); returns the Pollux one."""
     missing = tmp_path / "no-shared" / "pollux-osdi21"
     monkeypatch.setattr(locate, "SHARED_DATA_DIR", missing)
+    monkeypatch.setattr(locate, "SIA_SHARED_DATA_DIR", missing.parent / "sia-sosp23")
     return missing
 
 
@@ -56,6 +60,12 @@ def no_shared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def shared_data() -> Path:
     """The real data beside the repository (skips the test where it is absent)."""
     return _require_shared()
+
+
+@pytest.fixture
+def sia_shared_data() -> Path:
+    """The Sia artifact's real data beside the repository (skips the test where it is absent)."""
+    return _require_shared(SIA_SHARED)
 
 
 def summary_json(jcts_file: Path) -> bytes:
@@ -113,6 +123,25 @@ def serve(directory: Path) -> Iterator[tuple[str, list[str]]]:
 @pytest.fixture
 def origin_server(origin_dir: Path) -> Iterator[tuple[str, list[str]]]:
     with serve(origin_dir) as served:
+        yield served
+
+
+@pytest.fixture(scope="session")
+def sia_origin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Sia artifact's real data copied into its origin's layout (traces/<model>/, workloads/<trace>/)."""
+    shared = _require_shared(SIA_SHARED)
+    root = tmp_path_factory.mktemp("sia-origin") / "sia-simulator"
+    for entry in load_manifest("sia-sosp23").files:
+        assert entry.origin is not None and entry.derive is None, entry.path
+        target = root / entry.origin
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shared / entry.path, target)
+    return root
+
+
+@pytest.fixture
+def sia_origin_server(sia_origin_dir: Path) -> Iterator[tuple[str, list[str]]]:
+    with serve(sia_origin_dir) as served:
         yield served
 
 

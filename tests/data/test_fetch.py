@@ -128,3 +128,49 @@ def test_an_unreachable_origin_is_one_line_naming_env_and_base_url(closed_port_u
     assert "POLLUX_DATA_DIR" in message
     assert "pollux data fetch --base-url" in message
     assert not (tmp_path / "data").exists()
+
+
+# ---- the Sia artifact: its own origin, manifest and cache -------------------------------------------------------
+
+
+@pytest.mark.usefixtures("no_shared")
+def test_fetch_of_the_sia_artifact_fills_its_cache_that_then_verifies_and_is_found(
+    sia_origin_server: tuple[str, list[str]],
+) -> None:
+    base_url, requests = sia_origin_server
+    dest = fetch(base_url=base_url, progress=False, artifact="sia-sosp23")
+    assert dest == default_cache_dir("sia-sosp23")
+    assert verify(dest, artifact="sia-sosp23").ok
+    assert files_under(dest) == {e.path for e in load_manifest("sia-sosp23").files}
+    assert "/traces/imagenet/placements-dgx-ext.csv" in requests
+    assert "/workloads/saturn/workload-7.csv" in requests
+    assert find_data_dir(artifact="sia-sosp23").source == "cache"
+
+
+def test_a_corrupted_sia_file_is_refused_by_name(sia_origin_dir: Path, serve_dir, tmp_path: Path) -> None:
+    tampered = tmp_path / "tampered"
+    shutil.copytree(sia_origin_dir, tampered)
+    served = tampered / "traces/yolov3/placements-rtx.csv"
+    data = bytearray(served.read_bytes())
+    data[60] ^= 1
+    served.write_bytes(bytes(data))
+    manifest = load_manifest("sia-sosp23").subset({"profiles/yolov3/placements-rtx.csv"})
+    with serve_dir(tampered) as (base_url, _), pytest.raises(DataIntegrityError, match=r"placements-rtx\.csv"):
+        fetch(tmp_path / "data", base_url=base_url, progress=False, manifest=manifest, artifact="sia-sosp23")
+    assert not (tmp_path / "data").exists()
+
+
+def test_the_sia_origin_is_its_pinned_raw_github_folder() -> None:
+    from pollux.data.fetch import DEFAULT_BASE_URL, default_base_url
+
+    assert default_base_url() == DEFAULT_BASE_URL
+    assert default_base_url("sia-sosp23") == (
+        "https://raw.githubusercontent.com/siasosp23/artifacts/aaf7a0de7b6cb5eab06ea020467ede5d2fd18e70/sia-simulator/"
+    )
+
+
+def test_an_unreachable_sia_origin_names_its_variable(closed_port_url: str, tmp_path: Path) -> None:
+    with pytest.raises(DataNotFoundError) as err:
+        fetch(tmp_path / "data", base_url=closed_port_url, progress=False, artifact="sia-sosp23")
+    assert "POLLUX_SIA_DATA_DIR" in str(err.value)
+    assert "pollux data fetch --artifact sia-sosp23 --base-url" in str(err.value)

@@ -103,3 +103,61 @@ def test_nothing_found_is_one_line_naming_the_env_var_and_the_fetch_command() ->
     assert "\n" not in message
     assert "POLLUX_DATA_DIR" in message
     assert "pollux data fetch" in message
+
+
+# ---- the Sia artifact: the same rules, its own variable, shared folder and cache ---------------------------------
+
+
+@pytest.fixture
+def sia_everywhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """A Sia data folder at every place the search looks, and a Pollux one where Pollux's variable points."""
+    places = {
+        "explicit": make_data(tmp_path / "sia-explicit"),
+        "env": make_data(tmp_path / "sia-env"),
+        "shared": make_data(tmp_path / "shared" / "sia-sosp23"),
+        "cache": make_data(default_cache_dir("sia-sosp23")),
+    }
+    monkeypatch.setenv("POLLUX_SIA_DATA_DIR", str(places["env"]))
+    monkeypatch.setenv("POLLUX_DATA_DIR", str(make_data(tmp_path / "pollux-env")))
+    monkeypatch.setattr(locate, "SIA_SHARED_DATA_DIR", places["shared"])
+    return places
+
+
+def test_sia_data_is_found_in_the_same_order_by_its_own_variable(
+    sia_everywhere: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    found = find_data_dir(sia_everywhere["explicit"], "sia-sosp23")
+    assert (found.path, found.source) == (sia_everywhere["explicit"].resolve(), "--data-dir")
+    found = find_data_dir(artifact="sia-sosp23")
+    assert (found.path, found.source) == (sia_everywhere["env"].resolve(), "POLLUX_SIA_DATA_DIR")
+    monkeypatch.delenv("POLLUX_SIA_DATA_DIR")
+    found = find_data_dir(artifact="sia-sosp23")
+    assert (found.path, found.source) == (sia_everywhere["shared"].resolve(), "shared")
+    monkeypatch.setattr(locate, "SIA_SHARED_DATA_DIR", sia_everywhere["shared"].parent / "absent")
+    found = find_data_dir(artifact="sia-sosp23")
+    assert (found.path, found.source) == (sia_everywhere["cache"].resolve(), "cache")
+
+
+def test_the_sia_cache_sits_beside_the_pollux_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POLLUX_CACHE_DIR", str(tmp_path / "elsewhere"))
+    assert default_cache_dir("sia-sosp23") == tmp_path / "elsewhere" / "sia-sosp23"
+
+
+def test_the_real_sia_data_is_found_by_default(sia_shared_data: Path) -> None:
+    found = find_data_dir(artifact="sia-sosp23")
+    assert (found.path, found.source) == (sia_shared_data.resolve(), "shared")
+
+
+@pytest.mark.usefixtures("no_shared")
+def test_no_sia_data_is_one_line_naming_its_variable_and_fetch_command() -> None:
+    with pytest.raises(DataNotFoundError) as err:
+        find_data_dir(artifact="sia-sosp23")
+    message = str(err.value)
+    assert "\n" not in message
+    assert "POLLUX_SIA_DATA_DIR" in message
+    assert "pollux data fetch --artifact sia-sosp23" in message
+
+
+def test_an_unknown_artifact_lists_the_known_ones() -> None:
+    with pytest.raises(DataNotFoundError, match="unknown artifact 'gavel'; known: pollux-osdi21, sia-sosp23"):
+        find_data_dir(artifact="gavel")  # type: ignore[arg-type]

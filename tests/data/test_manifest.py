@@ -21,6 +21,7 @@ from pollux.data.manifest import (
 from pollux.errors import DataIntegrityError
 
 MANIFEST_FILE = REPO_ROOT / "pollux" / "data" / "manifest.json"
+SIA_MANIFEST_FILE = REPO_ROOT / "pollux" / "data" / "manifest-sia-sosp23.json"
 
 
 def test_manifest_lists_every_data_file_and_nothing_else(shared_data: Path) -> None:
@@ -113,3 +114,55 @@ def test_manifest_with_unknown_derivation_is_refused() -> None:
     text = json.dumps({"origin": {"repository": "r", "commit": "c", "folder": "f"}, "files": [entry]})
     with pytest.raises(DataIntegrityError, match="unknown derivation"):
         manifest_from_json(text)
+
+
+# ---- the Sia artifact's manifest --------------------------------------------------------------------------------
+
+
+def test_sia_manifest_lists_every_sia_data_file_and_names_its_origin(sia_shared_data: Path) -> None:
+    on_disk = {p.relative_to(sia_shared_data).as_posix() for p in sia_shared_data.rglob("*") if p.is_file()}
+    manifest = load_manifest("sia-sosp23")
+    assert {e.path for e in manifest.files} == on_disk
+    assert (manifest.repository, manifest.commit, manifest.folder) == (
+        "https://github.com/siasosp23/artifacts",
+        "aaf7a0de7b6cb5eab06ea020467ede5d2fd18e70",
+        "sia-simulator/",
+    )
+    assert all(e.origin is not None and e.derive is None for e in manifest.files)
+
+
+def test_sia_aws_profiles_are_the_pollux_ones() -> None:
+    """Sia's `aws` files are byte-identical to the Pollux artifact's T4 profiles, and say so through their sums."""
+    pollux = {e.path: e.sha256 for e in load_manifest().files}
+    sia = {e.path: e.sha256 for e in load_manifest("sia-sosp23").files}
+    for model in ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3"):
+        for kind in ("placements", "scalability"):
+            assert sia[f"profiles/{model}/{kind}-aws.csv"] == pollux[f"profiles/{model}/{kind}.csv"]
+
+
+def test_regenerating_the_sia_manifest_changes_nothing(sia_shared_data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "manifest-sia-sosp23.json"
+    script = REPO_ROOT / "scripts" / "make_manifest.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--artifact", "sia-sosp23", "--data-dir", str(sia_shared_data), "--output", out],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes() == SIA_MANIFEST_FILE.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("local", "origin"),
+    [
+        ("profiles/bert/placements-rtx.csv", "traces/bert/placements-rtx.csv"),
+        ("profiles/gpt_pmp/validation-12.csv", "traces/gpt_pmp/validation-12.csv"),
+        ("workloads/philly/workload-3.csv", "workloads/philly/workload-3.csv"),
+        ("workloads/saturn/workload-10.csv", "workloads/saturn/workload-10.csv"),
+        ("philly-jobs.csv", None),
+        ("profiles/bert", None),
+    ],
+)
+def test_sia_local_paths_map_to_its_origin_layout(local: str, origin: str | None) -> None:
+    assert origin_path_for(local, "sia-sosp23") == (origin, None)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pollux.data.profiles import MODELS, available_models, load_profile
+from pollux.data.profiles import MODELS, available_models, load_profile, load_typed_profiles
 from pollux.errors import ProfileError
 
 # model: (M0, max batch, epochs per validation run = the artifact's max_epochs)
@@ -182,3 +182,69 @@ def test_a_known_model_without_its_folder_reports_the_missing_file(tmp_path: Pat
     root = write_profile(tmp_path, {})
     with pytest.raises(ProfileError, match=r"profiles/bert/placements\.csv: missing file"):
         load_profile("bert", root)
+
+
+def test_a_whole_number_written_as_a_float_is_an_integer(tmp_path: Path) -> None:
+    """Sia's imagenet `dgx` files write per-GPU batches as `20.0`; a fraction stays an error (above)."""
+    root = write_profile(tmp_path, {"placements.csv": PLACEMENTS_HEADER + "1,32.0,0.1,0.0\n14,3.2e1,0.2,0.05\n"})
+    assert load_profile("toy", root).placements.local_bsz.tolist() == [32, 32]
+
+
+# ---- typed profiles: one pair of step-time files per GPU type, validation runs shared ----------------------------
+
+
+def same_rows(a: object, b: object) -> bool:
+    """Two row tables (`PlacementRows`, `ScalabilityRows`) with equal columns."""
+    fields = type(a).__dataclass_fields__  # type: ignore[attr-defined]
+    return type(a) is type(b) and all(np.array_equal(getattr(a, f), getattr(b, f)) for f in fields)
+
+
+TYPED = {
+    "placements-fast.csv": "local_bsz,step_time,sync_time,placement\n32,0.05,0.0,1\n32,0.1,0.02,14\n",
+    "scalability-fast.csv": "local_bsz,step_time,sync_time,num_nodes,num_replicas\n32,0.1,0.02,2,5\n",
+}
+
+
+def test_typed_files_are_read_per_gpu_type_whatever_their_column_order(tmp_path: Path) -> None:
+    root = write_profile(tmp_path, TYPED)
+    fast = load_profile("toy", root, gpu_type="fast")
+    assert fast.gpu_type == "fast"
+    assert fast.placements.placement == ("1", "14")
+    assert fast.placements.step_time.tolist() == [0.05, 0.1]
+    assert fast.scalability.num_replicas.tolist() == [5]
+    assert load_profile("toy", root).gpu_type is None
+    profiles = load_typed_profiles("toy", root)
+    assert list(profiles) == ["fast"]
+    assert same_rows(profiles["fast"].placements, fast.placements)
+
+
+def test_a_gpu_type_not_profiled_is_refused_naming_the_profiled_ones(tmp_path: Path) -> None:
+    root = write_profile(tmp_path, TYPED)
+    with pytest.raises(ProfileError) as err:
+        load_profile("toy", root, gpu_type="h100")
+    message = str(err.value)
+    assert "placements-h100.csv" in message
+    assert "model 'toy' was not profiled on GPU type 'h100'; profiled types: fast" in message
+
+
+SIA_TYPES = ("aws", "azure", "dgx", "dgx-ext", "quad", "rtx")
+
+
+def test_every_sia_model_loads_on_every_type_it_was_profiled_on(sia_shared_data: Path) -> None:
+    assert available_models(sia_shared_data) == (*MODELS[:3], "gpt_pmp", *MODELS[3:])
+    for model in MODELS:
+        profiles = load_typed_profiles(model, sia_shared_data)
+        assert tuple(profiles) == SIA_TYPES
+        validation = {id(p.validation) for p in profiles.values()}
+        assert len(validation) == 1, "one read of the validation runs, shared by every type"
+        for profile in profiles.values():
+            assert np.all(profile.scalability.num_replicas >= profile.scalability.num_nodes)
+    assert tuple(load_typed_profiles("gpt_pmp", sia_shared_data)) == ("dgx-ext", "rtx")
+
+
+def test_sia_aws_profiles_read_as_the_pollux_ones(shared_data: Path, sia_shared_data: Path) -> None:
+    for model in MODELS:
+        pollux = load_profile(model, shared_data)
+        sia = load_profile(model, sia_shared_data, gpu_type="aws")
+        assert same_rows(sia.placements, pollux.placements)
+        assert same_rows(sia.scalability, pollux.scalability)

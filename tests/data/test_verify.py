@@ -39,3 +39,27 @@ def test_an_empty_folder_has_everything_missing(tmp_path: Path) -> None:
     report = verify(tmp_path)
     assert not report.ok
     assert len(report.missing) == len(load_manifest().files)
+
+
+def test_the_real_sia_data_verifies_against_its_own_manifest(sia_shared_data: Path) -> None:
+    report = verify(sia_shared_data, artifact="sia-sosp23")
+    assert report.ok
+    assert report.checked == len(load_manifest("sia-sosp23").files) == 152
+
+
+def test_one_changed_byte_of_a_sia_profile_fails_verification(sia_shared_data: Path, tmp_path: Path) -> None:
+    changed = "profiles/imagenet/placements-dgx-ext.csv"
+    manifest = load_manifest("sia-sosp23").subset({changed, "workloads/saturn/workload-7.csv"})
+    for entry in manifest.files:
+        (tmp_path / entry.path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(sia_shared_data / entry.path, tmp_path / entry.path)
+    assert verify(tmp_path, manifest).ok
+    data = bytearray((tmp_path / changed).read_bytes())
+    data[-3] = ord("7") if data[-3] != ord("7") else ord("8")  # one digit of the last row, same size
+    (tmp_path / changed).write_bytes(bytes(data))
+
+    report = verify(tmp_path, manifest)
+
+    assert not report.ok
+    assert report.mismatched == (changed,)
+    assert report.checked == 1

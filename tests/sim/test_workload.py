@@ -8,7 +8,14 @@ import pytest
 
 from pollux.data import locate
 from pollux.errors import DataNotFoundError, TraceError
-from pollux.sim.workload import Workload, WorkloadJob, artifact_workload_names, read_workload, write_workload
+from pollux.sim.workload import (
+    Workload,
+    WorkloadJob,
+    artifact_workload_names,
+    read_workload,
+    workload_artifact,
+    write_workload,
+)
 
 HEADER = "name,time,application,num_replicas,batch_size\n"
 APPLICATIONS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
@@ -100,6 +107,9 @@ BAD_INPUTS = [
     pytest.param(HEADER + "a,1,cifar10,1,128\nb,2,cifar10,1\n", 3, "batch_size", id="too-few-fields"),
     pytest.param(HEADER + "a,1,cifar10,1,128,9\n", 2, "extra field", id="too-many-fields"),
     pytest.param(HEADER + "a,1.5,cifar10,1,128\n", 2, "'time'", id="time-not-integer"),
+    pytest.param(HEADER + "a,1.0,cifar10,1,128\nb,2.25,cifar10,1,128\n", 3, "'time'", id="time-not-whole"),
+    pytest.param(HEADER + "a,inf,cifar10,1,128\n", 2, "'time'", id="time-infinite"),
+    pytest.param(HEADER + "a,1,cifar10,1.5,128\n", 2, "'num_replicas'", id="replicas-not-whole"),
     pytest.param(HEADER + "a,1,cifar10,two,128\n", 2, "'num_replicas'", id="replicas-not-integer"),
     pytest.param(HEADER + "a,1,cifar10,1,\n", 2, "'batch_size'", id="batch-empty"),
     pytest.param(HEADER + "a,1,cifar10,1,128\nb,-5,cifar10,1,128\n", 3, "'time'", id="negative-time"),
@@ -145,3 +155,98 @@ def test_written_workloads_read_back_identical_in_the_same_schema(tmp_path: Path
     path = write_workload(Workload("w", jobs), tmp_path / "out" / "w.csv")
     assert path.read_text().splitlines()[:2] == [HEADER.strip(), "c-0,0,cifar10,16,4096"]
     assert read_workload(path).jobs == Workload("w", jobs).jobs
+
+
+# ---- the Sia artifact's workloads: philly/workload-N, saturn/workload-N ------------------------------------------
+
+
+@pytest.fixture
+def sia_dir(tmp_path: Path) -> Path:
+    """A Sia data folder with a few workloads, times written as Sia's Helios traces write them."""
+    root = tmp_path / "sia-sosp23"
+    (root / "profiles").mkdir(parents=True)
+    _write(root / "workloads/philly/workload-3.csv", HEADER + "cifar10-0,791,cifar10,6,2048\n")
+    for n in (1, 7, 10):
+        _write(
+            root / f"workloads/saturn/workload-{n}.csv",
+            HEADER + "bert-1,345.0,bert,2,24\ncifar10-0,225.0,cifar10,8,2048\n",
+        )
+    return root
+
+
+@pytest.mark.parametrize(
+    ("spec", "artifact"),
+    [
+        ("philly/workload-3", "sia-sosp23"),
+        ("saturn/workload-7.csv", "sia-sosp23"),
+        ("workload-1", "pollux-osdi21"),
+        ("workloads-2.0/workload-3", "pollux-osdi21"),
+        ("helios/workload-1", None),
+        ("my-trace.csv", None),
+    ],
+)
+def test_a_workload_name_says_which_artifact_it_belongs_to(spec: str, artifact: str | None):
+    assert workload_artifact(spec) == artifact
+
+
+def test_an_existing_file_belongs_to_no_artifact_whatever_its_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path / "philly" / "workload-3.csv", HEADER + "a,3,cifar10,2,256\n")
+    assert workload_artifact("philly/workload-3.csv") is None
+    assert read_workload("philly/workload-3.csv").source == (tmp_path / "philly" / "workload-3.csv").resolve()
+
+
+@pytest.mark.parametrize(
+    ("spec", "name", "first", "time"),
+    [
+        ("philly/workload-3", "philly/workload-3", "cifar10-0", 791),
+        ("saturn/workload-7", "saturn/workload-7", "cifar10-0", 225),
+        ("saturn/workload-10.csv", "saturn/workload-10", "cifar10-0", 225),
+    ],
+)
+def test_sia_names_resolve_in_the_sia_data_folder(sia_dir: Path, spec: str, name: str, first: str, time: int):
+    workload = read_workload(spec, sia_dir, applications=APPLICATIONS)
+    assert workload.name == name
+    assert workload.source == (sia_dir / "workloads" / f"{name}.csv").resolve()
+    assert (workload.jobs[0].name, workload.jobs[0].submit_time_s) == (first, time)
+
+
+def test_an_unknown_sia_name_lists_the_known_ones_in_order(sia_dir: Path):
+    with pytest.raises(TraceError) as caught:
+        read_workload("philly/workload-9", sia_dir)
+    message = str(caught.value)
+    assert "philly/workload-9.csv: no sia-sosp23 workload 'philly/workload-9'" in message
+    assert "known: philly/workload-3, saturn/workload-1, saturn/workload-7, saturn/workload-10" in message
+    assert artifact_workload_names(sia_dir, "sia-sosp23")[-1] == "saturn/workload-10"
+
+
+def test_a_sia_name_without_sia_data_names_its_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("POLLUX_SIA_DATA_DIR", raising=False)
+    monkeypatch.setattr(locate, "SIA_SHARED_DATA_DIR", tmp_path / "absent")
+    monkeypatch.setenv("POLLUX_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(DataNotFoundError) as caught:
+        read_workload("saturn/workload-7")
+    assert "artifact name" in str(caught.value)
+    assert "POLLUX_SIA_DATA_DIR" in str(caught.value)
+
+
+def test_a_malformed_sia_row_names_file_line_and_field(sia_dir: Path):
+    path = sia_dir / "workloads/saturn/workload-7.csv"
+    path.write_text(HEADER + "bert-1,345.0,bert,2,24\ncifar10-0,225.5,cifar10,8,2048\n")
+    with pytest.raises(TraceError) as caught:
+        read_workload("saturn/workload-7", sia_dir)
+    assert str(caught.value) == f"{path}:3: field 'time': expected a non-negative integer, got '225.5'"
+
+
+def test_the_real_sia_workloads_read_with_their_published_sizes():
+    if not locate.looks_like_data(locate.SIA_SHARED_DATA_DIR):
+        pytest.skip(f"needs the real data at {locate.SIA_SHARED_DATA_DIR}")
+    names = artifact_workload_names(locate.SIA_SHARED_DATA_DIR, "sia-sosp23")
+    assert names == (*(f"philly/workload-{n}" for n in range(1, 9)), *(f"saturn/workload-{n}" for n in range(1, 11)))
+    for spec in names:
+        workload = read_workload(spec, applications=APPLICATIONS)
+        assert len(workload) == 160
+        times = [job.submit_time_s for job in workload.jobs]
+        assert times == sorted(times)
+        assert times[0] >= 0 and times[-1] < 8 * 3600
+        assert {job.application for job in workload.jobs} <= {"bert", "cifar10", "deepspeech2", "imagenet", "yolov3"}
