@@ -58,6 +58,7 @@ class JobView:
     # Examples per second on one GPU of each type at one per-GPU batch: a cheap profile (Sia: < 20 GPU-seconds per
     # type), whose ratios bootstrap the model of a type the job has not run on (`pollux.goodput.scaled_params`).
     single_gpu_throughput_by_type: Mapping[str, float] = field(default_factory=dict)
+    restart_delay_s: float | None = None  # what a restart costs it (its checkpoint-restore), where known
 
     @property
     def adaptive(self) -> bool:

@@ -157,13 +157,15 @@ class PolluxPolicy(Policy):
 
     def realloc_factor(self, job: JobView, now: float) -> float:
         """What a change of allocation leaves of the job's speedup: (T − R·δ)/(T + δ), or 1 for starting a job that
-        holds no GPUs when starts are not discounted."""
+        holds no GPUs when starts are not discounted. δ is the job's own restart cost where its view has one (Sia's
+        per-model checkpoint-restore delays), else the policy's."""
         if not self.discount_starts and sum(job.allocation) == 0:
             return 1.0
         age = job.age_s(now)
-        if age + self.restart_delay_s <= 0:
+        delay = self.restart_delay_s if job.restart_delay_s is None else job.restart_delay_s
+        if age + delay <= 0:
             return 1.0  # no restart cost and no age: nothing to weigh
-        return max(age - job.num_restarts * self.restart_delay_s, 0.0) / (age + self.restart_delay_s)
+        return max(age - job.num_restarts * delay, 0.0) / (age + delay)
 
     def value_table(self, jobs: Sequence[JobView], cluster: Cluster, now: float) -> ValueTable:
         """Every job's values this round (see the module docstring): the power mean's terms, restart factor

@@ -384,6 +384,7 @@ class SimBackend:
                 grad_stats=job.grad_stats,
                 remaining_steps=job.remaining_steps(),
                 placement_sensitive=self._sensitive[job.spec.application],
+                restart_delay_s=job.typed.restore_delay_s,
             )
             views.append(self._typed_view(view, job) if self._cluster.heterogeneous else view)
         return views

@@ -156,3 +156,11 @@ def test_values_are_relative_to_one_base_per_job_across_types():
     ratio = (fast.table[0, 0, 1:5] - EPSILON) / (slow.table[0, 0, 1:5] - EPSILON)
     assert factor > 0
     np.testing.assert_allclose(ratio, SPEED["fast"] / SPEED["slow"], rtol=1e-9)
+
+
+def test_a_jobs_own_restart_delay_replaces_the_policys_in_the_restart_factor():
+    job = replace(random_job(np.random.default_rng(7), "a", Cluster(2, 4)), submit_time_s=0.0, num_restarts=1)
+    policy = PolluxPolicy(restart_delay_s=30.0)
+    assert policy.realloc_factor(job, 1000.0) == (1000.0 - 30.0) / (1000.0 + 30.0)
+    slow_restore = replace(job, restart_delay_s=250.0)
+    assert policy.realloc_factor(slow_restore, 1000.0) == (1000.0 - 250.0) / (1000.0 + 250.0)
