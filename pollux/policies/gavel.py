@@ -11,11 +11,13 @@ Every round (360 s, `round_s`), two steps:
                 Σ_j requested_gpus[j] · X[j, t] ≤ GPUs of type t
                 X ≥ 0, and X[j, t] = 0 where the job cannot run on t
 
-   a linear program (HiGHS). Throughput = the job's fixed batch ÷ its step time on its requested GPUs of that type,
-   packed on as few nodes as possible, at the per-GPU split of `fixed_batch_config`. Gavel's code does not normalize
-   this policy's throughputs (its `ThroughputSumWithPerf` computes a per-job scale and never uses it), and neither
-   do we. A job cannot run on a type it may not use, that has fewer GPUs than it requests, or whose memory cannot
-   hold its per-GPU batch ⌈batch / GPUs⌉ (`JobView.bounds_on`).
+   a linear program (HiGHS). Throughput = optimizer steps per second of the job's fixed batch on its requested GPUs
+   of that type, packed on as few nodes as possible, at the per-GPU split of `fixed_batch_config`: where that type's
+   memory (`JobView.bounds_on`) cannot hold ⌈batch / GPUs⌉ examples per GPU, with gradient accumulation, as the
+   job then runs (and as the Sia artifact's Gavel rates it; steps, not examples, per second, as it does too).
+   Gavel's code does not normalize this policy's throughputs (its `ThroughputSumWithPerf` computes a per-job scale
+   and never uses it), and neither do we. A job cannot run on a type it may not use or that has fewer GPUs than it
+   requests.
 2. **Rounds (Gavel §5).** Priority of (j, t) = X[j, t] ÷ the fraction of its life j has run on t (∞ when it has not
    run there yet, 0 where X = 0). In decreasing priority (ties: larger X, then name), each job is admitted at most
    once, on the first type with its GPUs still free; entries with X = 0 come last and fill what is left, as in
@@ -93,10 +95,7 @@ def type_fit(job: JobView, cluster: Cluster, gpu_type: str) -> TypeFit:
         return TypeFit(why_not=f"{gpu_type}: not one of its GPU types")
     if gpus > cluster.gpus_of_type(gpu_type):
         return TypeFit(why_not=f"{gpu_type}: {cluster.gpus_of_type(gpu_type)} GPUs, it needs {gpus}")
-    batch = fixed_batch(job)
-    bounds = job.bounds_on(gpu_type)
-    if -(-batch // gpus) > bounds[1]:
-        return TypeFit(why_not=f"{gpu_type}: {-(-batch // gpus)} examples per GPU, its memory holds {bounds[1]}")
+    batch, bounds = fixed_batch(job), job.bounds_on(gpu_type)
     local_bsz, accum_steps = fixed_batch_config(batch, gpus, job.init_batch_size, job.max_batch_size, bounds)
     sizes = sorted((cluster.node_gpus[n] for n in cluster.nodes_of_type(gpu_type)), reverse=True)
     placement: list[int] = []
@@ -178,7 +177,7 @@ class GavelPolicy(Policy):
         )
 
     def _throughputs(self, ordered: list[JobView], fit: list[list[TypeFit]], types: tuple[str, ...]) -> np.ndarray:
-        """Examples per second of each job on each type it fits (0 elsewhere, and where the step time is unknown)."""
+        """Steps per second of each job on each type it fits (0 elsewhere, and where the step time is unknown)."""
         rates = np.zeros((len(ordered), len(types)))
         for j, job in enumerate(ordered):
             for k, t in enumerate(types):
@@ -187,7 +186,7 @@ class GavelPolicy(Policy):
                     continue
                 step_s = self._step_time(job, fit[j][k].placement, config.local_bsz, config.accum_steps, gpu_type=t)
                 if step_s is not None and math.isfinite(step_s) and step_s > 0:
-                    rates[j, k] = fixed_batch(job) / step_s
+                    rates[j, k] = 1.0 / step_s
         return rates
 
     @staticmethod
