@@ -1,0 +1,141 @@
+"""Heterogeneous clusters: our simulator beside the Sia paper's Table 3 (SOSP'23), trace by trace.
+
+Each policy runs on every workload of a trace (`philly` 1–8, `saturn` = Helios 1–10) on the `sia-heterogeneous`
+cluster (6 × 4 T4 + 3 × 8 RTX 2080Ti + 2 × 8 A100, 64 GPUs), with the Sia artifact's job models, calibration and
+restore delays. Metrics as Sia publishes them: average JCT pooled over all jobs of the trace (± the spread of the
+per-workload means), p99 of the pooled JCTs, makespan per workload averaged, GPU-hours per job, contention
+(running + queued jobs per round: the mean of per-workload means, and the max). Published rows are Table 3's:
+`pollux` beside Sia, `pollux-unaware` beside the paper's Pollux, `gavel` beside Gavel+TunedJobs.
+
+Run: .venv/bin/python -m benchmarks.hetero [--trace philly|saturn ...] [--policy NAME ...] [--workloads 8]
+     [--processes 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from pollux.cluster_spec import load_cluster
+from pollux.sim.run import SimConfig, simulate, simulated_policy
+from pollux.sim.typed import load_typed_models
+from pollux.sim.workload import read_workload
+
+TRACES = {"philly": 8, "saturn": 10}
+POLICIES = ("pollux", "pollux-unaware", "gavel")
+HOUR = 3600.0
+
+
+@dataclass(frozen=True)
+class Published:
+    """One row of Table 3: hours, but for contention (jobs)."""
+
+    policy: str
+    avg_jct_h: float
+    p99_h: float
+    makespan_h: float
+    gpu_hours_per_job: float
+
+
+# The Sia paper's Table 3, heterogeneous 64 GPUs; the policy it stands beside here.
+TABLE_3: dict[tuple[str, str], Published] = {
+    ("philly", "pollux"): Published("Sia", 0.6, 9.5, 14.2, 4.0),
+    ("philly", "pollux-unaware"): Published("Pollux", 1.0, 14.9, 24.5, 5.6),
+    ("philly", "gavel"): Published("Gavel+TJ", 1.9, 30.0, 33.8, 9.0),
+    ("saturn", "pollux"): Published("Sia", 0.7, 10.9, 14.9, 4.8),
+    ("saturn", "pollux-unaware"): Published("Pollux", 1.0, 15.0, 25.5, 5.9),
+    ("saturn", "gavel"): Published("Gavel+TJ", 2.5, 38.7, 43.0, 12.1),
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    jcts_s: tuple[float, ...]
+    makespan_s: float
+    gpu_hours_per_job: float
+    contention_mean: float
+    contention_max: float
+    wall_s: float
+    round_s: float  # median wall time of one policy round
+
+
+def run_one(policy_name: str, workload: str) -> Run:
+    models = load_typed_models("sia-sosp23")
+    rows = read_workload(workload, applications=models).jobs
+    config = SimConfig(cluster=load_cluster("sia-heterogeneous"))
+    policy = simulated_policy(policy_name, config, models)
+    rounds: list[float] = []
+    optimize = policy.optimize
+
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        result = optimize(*args, **kwargs)
+        rounds.append(time.perf_counter() - start)
+        return result
+
+    policy.optimize = timed  # type: ignore[method-assign]
+    start = time.perf_counter()
+    result = simulate(rows, policy, models, config)
+    s = result.summary
+    return Run(
+        tuple(j.jct_s for j in result.jobs if j.jct_s is not None),
+        s["makespan_s"],
+        s["gpu_hours_per_job"],
+        s["contention_mean"],
+        s["contention_max"],
+        time.perf_counter() - start,
+        float(np.median(rounds)) if rounds else 0.0,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", action="append", default=None, choices=sorted(TRACES))
+    parser.add_argument("--policy", action="append", default=None)
+    parser.add_argument("--workloads", type=int, default=None, help="the first N workloads of each trace")
+    parser.add_argument("--processes", type=int, default=2)
+    args = parser.parse_args()
+    traces = args.trace or list(TRACES)
+    policies = args.policy or list(POLICIES)
+    console = Console(width=170)
+    started = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=args.processes) as pool:
+        for trace in traces:
+            count = min(args.workloads or TRACES[trace], TRACES[trace])
+            workloads = [f"{trace}/workload-{i}" for i in range(1, count + 1)]
+            tasks = [(p, w) for p in policies for w in workloads]
+            runs = dict(zip(tasks, pool.map(run_one, *zip(*tasks, strict=True)), strict=True))
+            table = Table(title=f"{trace}: {count} workloads on sia-heterogeneous, ours / published (Table 3)")
+            for column in ("policy", "avg JCT h", "± h", "p99 h", "makespan h", "GPU-h/job", "contention", "round ms"):
+                table.add_column(column, justify="left" if column == "policy" else "right")
+            for policy in policies:
+                mine = [runs[policy, w] for w in workloads]
+                pooled = np.concatenate([r.jcts_s for r in mine]) / HOUR
+                means = [np.mean(r.jcts_s) / HOUR for r in mine]
+                ours = (
+                    float(pooled.mean()),
+                    float(np.percentile(pooled, 99)),
+                    float(np.mean([r.makespan_s for r in mine]) / HOUR),
+                    float(np.mean([r.gpu_hours_per_job for r in mine])),
+                )
+                published = TABLE_3.get((trace, policy))
+                cells = [f"{v:.2f}" for v in ours]
+                if published is not None:
+                    theirs = (published.avg_jct_h, published.p99_h, published.makespan_h, published.gpu_hours_per_job)
+                    cells = [f"{v:.2f} / {t:.1f} ({v / t - 1:+.0%})" for v, t in zip(ours, theirs, strict=True)]
+                label = policy if published is None else f"{policy} (vs {published.policy})"
+                contention = f"{np.mean([r.contention_mean for r in mine]):.1f} / {max(r.contention_max for r in mine):.0f}"
+                round_ms = f"{np.median([r.round_s for r in mine]) * 1000:.0f}"
+                table.add_row(label, cells[0], f"{np.std(means):.2f}", *cells[1:], contention, round_ms)
+            console.print(table)
+    console.print(f"total wall time {time.perf_counter() - started:.1f} s (this machine; round ms is per policy round)")
+
+
+if __name__ == "__main__":
+    main()
