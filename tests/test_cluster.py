@@ -2,7 +2,7 @@
 
 import pytest
 
-from pollux.cluster import Cluster, free_gpus, placement, validate_allocations
+from pollux.cluster import Cluster, NodeGroup, free_gpus, placement, validate_allocations
 from pollux.errors import AllocationError, SpecError
 
 
@@ -39,3 +39,50 @@ def test_placement_drops_empty_nodes():
 def test_empty_cluster_is_refused(nodes, gpus):
     with pytest.raises(SpecError):
         Cluster(nodes, gpus)
+
+
+MIXED = Cluster.of_groups([NodeGroup("aws", 2, 4), NodeGroup("rtx", 1, 8), NodeGroup("aws", 1, 2)])
+
+
+def test_nodes_are_numbered_group_after_group_with_their_size_and_type():
+    assert MIXED.node_gpus == (4, 4, 8, 2)
+    assert MIXED.node_types == ("aws", "aws", "rtx", "aws")
+    assert (MIXED.num_nodes, MIXED.num_gpus, MIXED.max_gpus_per_node) == (4, 18, 8)
+    assert MIXED.gpu_types == ("aws", "rtx") and MIXED.heterogeneous
+    assert MIXED.nodes_of_type("aws") == (0, 1, 3) and MIXED.gpus_of_type("aws") == 10
+    assert MIXED.describe() == "2×4 aws + 1×8 rtx + 1×2 aws"
+
+
+def test_the_shorthand_is_one_uniform_group_of_aws_nodes():
+    cluster = Cluster(3, 4)
+    assert cluster == Cluster.of_groups([NodeGroup("aws", 3, 4)])
+    assert cluster.uniform and not cluster.heterogeneous and cluster.gpus_per_node == 4
+
+
+def test_one_size_for_all_nodes_is_refused_where_nodes_differ():
+    with pytest.raises(ValueError, match="node_gpus"):
+        _ = MIXED.gpus_per_node
+    same_size = Cluster.of_groups([NodeGroup("aws", 1, 8), NodeGroup("rtx", 2, 8)])
+    assert same_size.uniform and same_size.gpus_per_node == 8
+
+
+def test_an_allocation_has_one_gpu_type_or_none():
+    assert MIXED.allocation_type((1, 0, 0, 2)) == "aws"
+    assert MIXED.allocation_type((0, 0, 8, 0)) == "rtx"
+    assert MIXED.allocation_type(MIXED.empty()) is None
+    with pytest.raises(AllocationError, match="spans GPU types"):
+        MIXED.allocation_type((1, 0, 1, 0))
+
+
+def test_validation_refuses_a_job_spanning_two_types_and_checks_each_nodes_own_size():
+    validate_allocations(MIXED, {"a": (4, 4, 0, 2), "b": (0, 0, 8, 0)})
+    with pytest.raises(AllocationError, match=r"job a: .*spans"):
+        validate_allocations(MIXED, {"a": (0, 1, 1, 0)})
+    with pytest.raises(AllocationError, match="node 3: allocations use 3 GPUs, it has 2"):
+        validate_allocations(MIXED, {"a": (0, 0, 0, 3)})
+
+
+@pytest.mark.parametrize(("nodes", "gpus"), [(0, 4), (2, 0), (-1, 4)])
+def test_an_empty_group_is_refused(nodes, gpus):
+    with pytest.raises(SpecError):
+        NodeGroup("aws", nodes, gpus)

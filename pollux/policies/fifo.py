@@ -2,7 +2,9 @@
 
 Strict and non-preemptive: a running job keeps its GPUs until it finishes; the oldest waiting job starts as soon as
 all its GPUs are free anywhere (placed greedily on the nodes with most free GPUs), and no later job may start before
-it, even one that would fit now (no backfilling). Jobs that could never fit the cluster do not block the queue.
+it, even one that would fit now (no backfilling). Jobs that could never fit the cluster do not block the queue. On a
+cluster of several GPU types a job takes GPUs of one type it may use (`placement.place_on_one_type`), and "could
+never fit" means more GPUs than its largest such type has.
 """
 
 from __future__ import annotations
@@ -12,7 +14,14 @@ from typing import ClassVar
 
 from pollux.cluster import Allocation, Cluster, free_gpus
 from pollux.policies.base import JobView, Policy, PolicyResult
-from pollux.policies.placement import fixed_batches, in_submit_order, place_most_free, take
+from pollux.policies.placement import (
+    fixed_batches,
+    in_submit_order,
+    largest_type_gpus,
+    never_fits,
+    place_on_one_type,
+    take,
+)
 
 
 class FifoPolicy(Policy):
@@ -36,10 +45,11 @@ class FifoPolicy(Policy):
             if job.name in running:
                 continue
             needed = max(job.requested_gpus, 1)
-            if needed > cluster.num_gpus:
-                reasons[job.name] = f"waiting: needs {needed} GPUs, the cluster has {cluster.num_gpus}"
+            capacity = largest_type_gpus(cluster, job)
+            if needed > capacity:
+                reasons[job.name] = f"waiting: needs {needed} GPUs, {never_fits(cluster, capacity)}"
                 continue
-            alloc = None if blocked else place_most_free(free, needed)
+            alloc = None if blocked else place_on_one_type(cluster, free, job, needed)
             if alloc is None:
                 blocked = True
                 reasons[job.name] = f"waiting: needs {needed} GPUs, {sum(free)} free; {waiting_ahead} jobs ahead"

@@ -8,6 +8,10 @@ nodes, from a `StepTimeModel`: by default the throughput model fitted on what th
 the simulator may pass the measured profiles instead, which is what the artifact's Optimus reads. A job with no
 fitted model yet is assumed to scale linearly. Placement follows the artifact: a job whose GPU count is unchanged
 keeps its nodes; the others, smallest first, take GPUs from the nodes with most free GPUs.
+
+On a cluster of several GPU types a job's GPUs are all of one type: its first GPU comes from the type it runs on
+(while that type has GPUs left; else from the type it may use with most GPUs left), its extra GPUs only from that
+type, and step times are predicted on that type's nodes. Otherwise the rule is the same, blind to types.
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ from pollux.cluster import Allocation, Cluster, free_gpus
 from pollux.goodput import ThroughputParams, iteration_time
 from pollux.policies.base import JobView, Policy, PolicyResult
 from pollux.policies.placement import (
+    allowed_types,
     fixed_batch_config,
     fixed_batches,
     in_submit_order,
     kept_allocations,
+    of_type,
     packed_placement,
     place_most_free,
     take,
@@ -76,21 +82,31 @@ class OptimusPolicy(Policy):
 
     def optimize(self, jobs: Sequence[JobView], cluster: Cluster, now: float) -> PolicyResult:
         ordered = in_submit_order(jobs)
-        predict = _Predictor(self._step_time, ordered, cluster)
-        left = cluster.num_gpus
+        left = {t: cluster.gpus_of_type(t) for t in cluster.gpu_types}
         gpus: dict[str, int] = {}
+        types: dict[str, str] = {}
         for job in ordered:  # one GPU each, oldest first, while they last
-            gpus[job.name] = 1 if left > 0 else 0
-            left -= gpus[job.name]
+            gpu_type = _first_gpu_type(job, cluster, left)
+            gpus[job.name] = 0 if gpu_type is None else 1
+            if gpu_type is not None:
+                types[job.name] = gpu_type
+                left[gpu_type] -= 1
+        predict = _Predictor(self._step_time, ordered, cluster, types)
         gain = {job.name: predict.gain(job, 1) for job in ordered if gpus[job.name] > 0}
-        while left > 0 and gain and max(gain.values()) > 0:
-            name = max(gain, key=gain.__getitem__)  # ties: the older job, as the artifact's dict order
+        while True:  # ties: the older job, as the artifact's dict order
+            name = max((n for n in gain if left[types[n]] > 0), key=gain.__getitem__, default=None)
+            if name is None or not gain[name] > 0:
+                break
             gpus[name] += 1
-            left -= 1
+            left[types[name]] -= 1
             gain[name] = predict.gain(predict.jobs[name], gpus[name])
-        allocations = self._place(ordered, gpus, cluster)
+        allocations = self._place(ordered, gpus, types, cluster)
         reasons = {
-            job.name: f"waiting: all {cluster.num_gpus} GPUs went to older jobs (each gets one before any gets two)"
+            job.name: (
+                f"waiting: all {cluster.num_gpus} GPUs went to older jobs (each gets one before any gets two)"
+                if allowed_types(cluster, job)
+                else f"waiting: it may run on none of the cluster's GPU types ({', '.join(cluster.gpu_types)})"
+            )
             for job in ordered
             if gpus[job.name] == 0
         }
@@ -107,26 +123,57 @@ class OptimusPolicy(Policy):
         )
 
     @staticmethod
-    def _place(ordered: list[JobView], gpus: dict[str, int], cluster: Cluster) -> dict[str, Allocation]:
-        """Unchanged GPU counts keep their nodes; the rest, fewest GPUs first, go to the nodes with most free."""
-        allocations = kept_allocations(ordered, cluster, gpus)
+    def _place(
+        ordered: list[JobView], gpus: dict[str, int], types: dict[str, str], cluster: Cluster
+    ) -> dict[str, Allocation]:
+        """Unchanged GPU counts on an unchanged type keep their nodes; the rest, fewest GPUs first, go to the nodes
+        of their type with most free."""
+        same_type = [
+            job for job in ordered if sum(job.allocation) == 0 or _type_of(job, cluster) == types.get(job.name)
+        ]
+        allocations = kept_allocations(same_type, cluster, gpus)
         free = free_gpus(cluster, allocations)
         for job in sorted(ordered, key=lambda j: gpus[j.name]):
             if gpus[job.name] > 0 and job.name not in allocations:
-                alloc = place_most_free(free, gpus[job.name])
-                if alloc is None:  # cannot happen: at most as many GPUs are handed out as the cluster has
+                masked = free if len(cluster.gpu_types) == 1 else of_type(cluster, free, types[job.name])
+                alloc = place_most_free(masked, gpus[job.name])
+                if alloc is None:  # cannot happen: at most as many GPUs of a type are handed out as it has
                     raise AssertionError(f"optimus handed out more GPUs than free for {job.name}")
                 take(free, alloc)
                 allocations[job.name] = alloc
         return allocations
 
 
+def _type_of(job: JobView, cluster: Cluster) -> str | None:
+    """The GPU type a job holds now (None: none, or an allocation that does not fit this cluster)."""
+    if len(job.allocation) != cluster.num_nodes:
+        return None
+    return cluster.allocation_type(job.allocation)
+
+
+def _first_gpu_type(job: JobView, cluster: Cluster, left: dict[str, int]) -> str | None:
+    """The type a job's first GPU comes from: the one it holds now while that has GPUs left, else the type it may
+    use with most GPUs left (ties: the cluster's order); None when none of them has any left."""
+    current = _type_of(job, cluster)
+    if current is not None and job.may_run_on(current) and left[current] > 0:
+        return current
+    open_types = [t for t in allowed_types(cluster, job) if left[t] > 0]
+    return max(open_types, key=left.__getitem__, default=None)
+
+
 class _Predictor:
     """One round's predictions: step time of each job on K packed GPUs, and the gain of its next GPU."""
 
-    def __init__(self, model: StepTimeModel, ordered: list[JobView], cluster: Cluster) -> None:
+    def __init__(self, model: StepTimeModel, ordered: list[JobView], cluster: Cluster, types: dict[str, str]) -> None:
+        """`types`: the GPU type of each job that got GPUs; its GPUs and node sizes bound and shape its steps."""
         self._model = model
-        self._gpus_per_node = cluster.gpus_per_node
+        self._sizes = {
+            t: [g for g, u in zip(cluster.node_gpus, cluster.node_types, strict=True) if u == t]
+            for t in cluster.gpu_types
+        }
+        self._gpus_of = {t: cluster.gpus_of_type(t) for t in cluster.gpu_types}
+        self._types = types
+        self._cluster_sizes = list(cluster.node_gpus)
         self._num_gpus = cluster.num_gpus
         self.jobs = {job.name: job for job in ordered}
         self._times: dict[tuple[str, int], float | None] = {}
@@ -134,8 +181,10 @@ class _Predictor:
         self._unmeasured_one_gpu_s = statistics.median(measured) if measured else 1.0
 
     def bound(self, job: JobView) -> int:
-        """Most GPUs the job may hold: its own bound, batch // min_local_bsz, and the cluster."""
-        return min(job.max_gpus, _fixed_batch(job) // job.local_bsz_bounds[0], self._num_gpus)
+        """Most GPUs the job may hold: its own bound, batch // min_local_bsz, and its GPU type's GPUs."""
+        gpu_type = self._types.get(job.name)
+        top = self._num_gpus if gpu_type is None else self._gpus_of[gpu_type]
+        return min(job.max_gpus, _fixed_batch(job) // job.local_bsz_bounds[0], top)
 
     def remaining_steps(self, job: JobView) -> float:
         """Oracle steps left at the fixed batch; 1 when unknown (the artifact's value for a job about to finish)."""
@@ -148,8 +197,9 @@ class _Predictor:
         return (self.step_time(job, gpus) - self.step_time(job, gpus + 1)) * self.remaining_steps(job)
 
     def step_time(self, job: JobView, gpus: int) -> float:
-        """Predicted seconds per step on `gpus` packed GPUs; linear scaling from the median measured one-GPU step
-        time while the job has no model (the artifact's `lambda n, r: r` speedup for unprofiled jobs)."""
+        """Predicted seconds per step on `gpus` GPUs packed on its type's nodes; linear scaling from the median
+        measured one-GPU step time while the job has no model (the artifact's `lambda n, r: r` speedup for
+        unprofiled jobs)."""
         measured = self._measured(job, gpus)
         return measured if measured is not None else self._unmeasured_one_gpu_s / gpus
 
@@ -161,7 +211,8 @@ class _Predictor:
             local_bsz, accum_steps = fixed_batch_config(
                 _fixed_batch(job), gpus, 0, job.max_batch_size, job.local_bsz_bounds
             )
-            placement = packed_placement(gpus, self._gpus_per_node)
+            gpu_type = self._types.get(job.name)
+            placement = packed_placement(gpus, self._cluster_sizes if gpu_type is None else self._sizes[gpu_type])
             self._times[key] = self._model(job, placement, local_bsz, accum_steps)
         return self._times[key]
 

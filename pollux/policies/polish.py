@@ -63,7 +63,7 @@ class Move:
         free = layout.free
         row: Row = {}
         placed = 0
-        for cap in (np.maximum(free, 1), np.full(free.size, layout.gpus_per_node)):
+        for cap in (np.maximum(free, 1), layout.values.node_gpus):
             for node in np.argsort(-free, kind="stable").tolist():
                 if placed == self.gpus:
                     return row
@@ -131,7 +131,7 @@ class Polisher:
     def _candidates(self, layout: Layout) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(the mover's own gain, job, kind, GPUs) of every move that gains for its mover, best first (ties: job,
         kind, GPUs). WIDE moves try a waiting job's best count across nodes, and its least."""
-        values, gpn, nodes = layout.values, layout.gpus_per_node, layout.values.num_nodes
+        values, gpn, nodes = layout.values, layout.max_node_gpus, layout.values.num_nodes
         table, top, value, have = values.table, values.max_gpus, layout.value, layout.gpus
         jobs = np.arange(layout.num_jobs)
         found: list[tuple[np.ndarray, np.ndarray, MoveKind, np.ndarray]] = []
@@ -143,7 +143,7 @@ class Polisher:
 
         step = np.arange(1, gpn + 1)
         if nodes > 1:
-            most = np.minimum(top, gpn * nodes)
+            most = np.minimum(top, values.num_gpus)
             starts = (have == 0) & (most >= 2)
             counts = np.arange(2, max(int(most.max(initial=0)), 2) + 1)
             wide = np.where(counts <= most[:, None], table[1][:, counts] - value[:, None], -np.inf)
@@ -191,20 +191,26 @@ class Polisher:
     def _targets(self, layout: Layout, evict: np.ndarray, pairs, gain, job, kind, gpus):
         """For each ONE and GROW candidate (by index `cand`), its `NODE_TRIES` best target nodes by own gain less
         eviction cost: (cand, node, estimate, rank among the candidate's nodes)."""
-        gpn, nodes, free = layout.gpus_per_node, layout.values.num_nodes, layout.free
+        gpn, nodes, free, size = layout.max_node_gpus, layout.values.num_nodes, layout.free, layout.values.node_gpus
         pair_job, pair_node, pair_gpus = pairs
         # on a node the mover does not use, making room depends only on the node and the GPUs wanted: rank the
-        # nodes once per (spans, GPUs), then skip each mover's own nodes
+        # nodes once per (spans, GPUs), then skip each mover's own nodes and the nodes too small for them
         need = np.clip(np.arange(1, gpn + 1)[:, None] - free[None, :], 0, gpn)
         cost = np.stack([evict[s][np.arange(nodes), need] for s in (0, 1)])  # cost[spans, GPUs - 1, node]
         by_cost = np.argsort(cost, axis=2, kind="stable")
+        small = np.arange(1, gpn + 1)[:, None] > size[None, :]  # small[GPUs - 1, node]: the node cannot hold them
+        if small.any():  # nodes too small last, so the first `width` hold every node that fits, if fewer
+            small_by_cost = np.take_along_axis(np.broadcast_to(small, cost.shape), by_cost, axis=2)
+            by_cost = np.take_along_axis(by_cost, np.argsort(small_by_cost, axis=2, kind="stable"), axis=2)
         placed = np.flatnonzero((kind == MoveKind.ONE) | (kind == MoveKind.GROW))
         c_job, c_gpus, c_gain = job[placed], gpus[placed], gain[placed]
         spans = (kind[placed] == MoveKind.GROW).astype(np.intp)
         width = min(NODE_TRIES + int(layout.nodes[c_job].max(initial=0)), nodes)
         first = by_cost[spans[:, None], c_gpus[:, None] - 1, np.arange(width)]
-        own = np.isin(c_job[:, None] * nodes + first, pair_job * nodes + pair_node)
-        other = ~own & (np.cumsum(~own, axis=1) <= NODE_TRIES)
+        open_ = (
+            ~np.isin(c_job[:, None] * nodes + first, pair_job * nodes + pair_node) & ~small[c_gpus[:, None] - 1, first]
+        )
+        other = open_ & (np.cumsum(open_, axis=1) <= NODE_TRIES)
         cand = [np.broadcast_to(placed[:, None], first.shape)[other]]
         node = [first[other]]
         estimate = [(c_gain[:, None] - cost[spans[:, None], c_gpus[:, None] - 1, first])[other]]
@@ -215,6 +221,8 @@ class Polisher:
             count = np.searchsorted(pair_job, c_job[mine], "right") - lo
             which = np.repeat(np.arange(mine.size), count)
             index = np.repeat(lo - np.cumsum(count) + count, count) + np.arange(count.sum())  # each one's pairs
+            fits = size[pair_node[index]] >= c_gpus[mine][which]
+            which, index = which[fits], index[fits]
             n = pair_node[index]
             wanted = np.clip(c_gpus[mine][which] - free[n] - pair_gpus[index], 0, gpn)
             cand.append(placed[mine][which])
@@ -231,7 +239,7 @@ class Polisher:
     def _growers(self, layout: Layout) -> list[int]:
         """The running jobs that gain most per GPU from a few more GPUs across nodes, best first."""
         table, top, have = layout.values.table, layout.values.max_gpus, layout.gpus
-        step = np.arange(1, layout.gpus_per_node + 1)
+        step = np.arange(1, layout.max_node_gpus + 1)
         more = np.minimum(have[:, None] + step, table.shape[2] - 1)
         jobs = np.arange(layout.num_jobs)
         valid = (have[:, None] > 0) & (more <= top[:, None])
@@ -245,7 +253,7 @@ class Polisher:
         one job loses giving them up (spans = 0, a mover on one node), or (spans = 1, a distributed mover, with
         interference avoidance) what the distributed job there loses leaving the node plus the least one other job
         loses giving up the rest. inf where no one job can."""
-        values, gpn, nodes = layout.values, layout.gpus_per_node, layout.values.num_nodes
+        values, gpn, nodes = layout.values, layout.max_node_gpus, layout.values.num_nodes
         pair_job, pair_node, pair_gpus = pairs
         single = np.full((2, nodes, gpn + 1), np.inf)  # [0]: any job; [1]: jobs on one node only
         single[:, :, 0] = 0.0

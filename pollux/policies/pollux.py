@@ -9,16 +9,17 @@ finite but very costly. Because the goodput of an allocation depends only on its
 spans nodes, the fitness is a sum of per-job terms in (K_j, spans nodes, changed); only node capacity and
 interference avoidance couple the jobs. The search exploits that (the artifact used a genetic algorithm):
 
-1. **Counts.** Each job gets a value table over K = 0…max (single node for K ≤ GPUs per node, else spread over
-   whole nodes; keeping its exact current allocation escapes the restart factor). A greedy on the best gain per GPU
-   over all larger K (the upper concave envelope, so jumps across non-concave steps are found) hands out GPUs.
+1. **Counts.** Each job gets a value table over K = 0…max (single node for K ≤ the largest node's GPUs, else
+   spread over whole nodes; keeping its exact current allocation escapes the restart factor). A greedy on the best
+   gain per GPU over all larger K (the upper concave envelope, so jumps across non-concave steps are found) hands
+   out GPUs.
 2. **Placement.** Kept jobs stay where they are; distributed jobs take the fullest-free nodes that host no other
    distributed job (when avoiding interference); single-node jobs go best-fit. What cannot be placed shrinks to
    the largest hole.
 3. **Fill.** Leftover GPUs go, one at a time, to whichever job gains most from growing in place
    (`search_state.grow`, as jobs regrow in step 5, but keeping the shape step 2 placed them in).
-4. **Local search.** `Transfer`s of up to a node's worth of GPUs from one job to another, best first by the value
-   tables, each re-placed, while the placed fitness improves.
+4. **Local search.** `Transfer`s of up to the largest node's worth of GPUs from one job to another, best first by
+   the value tables, each re-placed, while the placed fitness improves.
 5. **Polish** (`pollux.policies.polish`). One job at a time takes a new row (GPUs on one node, more on another
    node, back where it was, or a waiting job across nodes), pushing the jobs in its way aside, which then regrow;
    run from step 4's allocation and from everyone's current one, the fitter kept. It finds what the count-first
@@ -208,7 +209,7 @@ class PolluxPolicy(Policy):
         """Which candidate matrices keep node capacity and (when avoiding interference) one distributed job per
         node."""
         states = np.asarray(states)
-        ok = np.all(states.sum(axis=1) <= cluster.gpus_per_node, axis=1)
+        ok = np.all(states.sum(axis=1) <= np.asarray(cluster.node_gpus), axis=1)
         if self.avoid_interference:
             spans = (np.count_nonzero(states, axis=2) > 1)[:, :, None]
             ok &= np.all(((states > 0) & spans).sum(axis=1) <= 1, axis=1)
@@ -269,7 +270,7 @@ class PolluxPolicy(Policy):
         order = sorted(range(len(jobs)), key=lambda i: (jobs[i].attained_service_gpu_s, jobs[i].submit_time_s))
         rank = {i: r for r, i in enumerate(order)}
         counts = np.zeros(len(jobs), dtype=np.int64)
-        free = values.num_nodes * values.gpus_per_node
+        free = values.num_gpus
         heap = []
         for i in range(len(jobs)):
             ratio, target = self._best_step(values, i, 0, free)
@@ -299,7 +300,7 @@ class PolluxPolicy(Policy):
         return layout
 
     def _improve(self, values: ValueTable, layout: Layout) -> Layout:
-        """Local search: move d ≤ GPUs-per-node GPUs from one job to another while the fitness improves.
+        """Local search: move d ≤ the largest node's GPUs from one job to another while the fitness improves.
 
         The best moves by the value tables alone (separable, so all pairs at once) are tried in order, each
         re-placed; the first that really improves the placed fitness is taken. Stops when none does, or after
@@ -315,7 +316,7 @@ class PolluxPolicy(Policy):
             counts = layout.gpus.copy()
             here = by_count[rows, counts]
             candidates: list[tuple[float, Transfer]] = []
-            for d in range(1, values.gpus_per_node + 1):
+            for d in range(1, values.max_node_gpus + 1):
                 loss = np.where(counts >= d, here - by_count[rows, np.maximum(counts - d, 0)], np.inf)
                 gain = by_count[rows, np.minimum(counts + d, by_count.shape[1] - 1)] - here
                 donors, takers = np.argsort(loss)[:3], np.argsort(-gain)[:3]
@@ -351,9 +352,9 @@ class PolluxPolicy(Policy):
                 pending.append(i)
         pending.sort(key=lambda i: -counts[i])
         for i in pending:
-            row = self._spread(layout, int(counts[i])) if counts[i] > values.gpus_per_node else None
+            row = self._spread(layout, int(counts[i])) if counts[i] > values.max_node_gpus else None
             if row is None:
-                row = self._single(layout, min(int(counts[i]), values.gpus_per_node))
+                row = self._single(layout, min(int(counts[i]), values.max_node_gpus))
             if row is not None and values.by_count(i, sum(row.values())) > values.by_count(i, 0):
                 layout.set(i, row)
         return layout

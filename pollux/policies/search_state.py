@@ -50,8 +50,9 @@ class ValueTable:
     """Every job's value on any allocation: `table[spans, job, K]` for K GPUs on one node (spans = 0) or across
     nodes (1), and `keep[job]` for its exact current allocation.
 
-    The table is padded with -inf past each job's largest allowed count (and a node's worth of GPUs beyond the
-    largest, so that steps up to a node's worth can be looked up without a bound check)."""
+    The table is padded with -inf past each job's largest allowed count (and the largest node's worth of GPUs
+    beyond the largest, so that steps up to a node's worth can be looked up without a bound check). Nodes may differ
+    in size: `node_gpus` holds each node's GPUs, `max_node_gpus` the largest, which bounds every per-node step."""
 
     def __init__(
         self,
@@ -65,9 +66,11 @@ class ValueTable:
         than it may); `current[j]`: its allocation now, sparse, and `allocations[j]` the same as a tuple."""
         self.num_jobs = len(tables)
         self.num_nodes = cluster.num_nodes
-        self.gpus_per_node = gpus_per_node = cluster.gpus_per_node
+        self.num_gpus = cluster.num_gpus
+        self.node_gpus = np.array(cluster.node_gpus, dtype=np.int64)
+        self.max_node_gpus = max_node_gpus = cluster.max_gpus_per_node
         self.max_gpus = np.array([t.shape[1] - 1 for t in tables], dtype=np.int64)
-        width = int(self.max_gpus.max(initial=0)) + gpus_per_node + 2
+        width = int(self.max_gpus.max(initial=0)) + max_node_gpus + 2
         self.table = np.full((2, self.num_jobs, width), -np.inf)
         for j, t in enumerate(tables):
             self.table[:, j, : t.shape[1]] = t
@@ -77,8 +80,8 @@ class ValueTable:
         self.current_gpus = np.array([sum(r.values()) for r in self.current], dtype=np.int64)
         self.current_home = np.array([next(iter(r)) if len(r) == 1 else -1 for r in self.current], dtype=np.int64)
         counts = np.arange(width)
-        # natural[j, K]: K GPUs in the job's natural shape (one node while a node holds them)
-        self.natural = np.where(counts <= gpus_per_node, self.table[0], self.table[1])
+        # natural[j, K]: K GPUs in the job's natural shape (one node while the largest node holds them)
+        self.natural = np.where(counts <= max_node_gpus, self.table[0], self.table[1])
 
     def of(self, job: int, row: Row) -> float:
         """The job's value on `row`."""
@@ -116,14 +119,14 @@ class Layout:
     def __init__(self, values: ValueTable, rows: Sequence[Row] | None = None) -> None:
         jobs, nodes = values.num_jobs, values.num_nodes
         self.values = values
-        self.gpus_per_node = values.gpus_per_node
+        self.max_node_gpus = values.max_node_gpus
         self.rows: list[Row] = [{} for _ in range(jobs)]
         self.gpus = np.zeros(jobs, dtype=np.int64)
         self.nodes = np.zeros(jobs, dtype=np.int64)  # nodes each job uses
         self.home = np.full(jobs, -1, dtype=np.int64)  # its node (the lowest, when it spans several); -1: none
         self.kept = np.zeros(jobs, dtype=bool)  # holds exactly its current, non-empty allocation
         self.value = values.natural[:, 0].copy()
-        self.free = np.full(nodes, self.gpus_per_node, dtype=np.int64)
+        self.free = values.node_gpus.copy()
         self.spanning = np.zeros(nodes, dtype=np.int64)  # distributed jobs holding GPUs on each node
         self.on: list[set[int]] = [set() for _ in range(nodes)]  # the jobs holding GPUs on each node
         self._journal: list[tuple[int, Row, float]] | None = None
@@ -244,7 +247,7 @@ class _Steps:
         self.top, self.keep = values.max_gpus[jobs], values.keep[jobs]
         self.current, self.current_home = values.current_gpus[jobs], values.current_home[jobs]
         self.table = values.table[:, jobs]  # the jobs' rows of the value table
-        self.t = np.arange(1, layout.gpus_per_node + 1)  # GPUs of a move whole
+        self.t = np.arange(1, layout.max_node_gpus + 1)  # GPUs of a move whole
         self.one = np.arange(jobs.size)
 
     def update(self) -> None:

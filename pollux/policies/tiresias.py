@@ -7,6 +7,9 @@ job that falls behind is preempted (and restarted later). 2D-Gittins (§3.2) ord
 Gittins index instead, computed from the distribution of past jobs' GPU-time. Consolidated placement (§3.3) is kept
 for the models that need it; all others go wherever GPUs are free.
 
+On a cluster of several GPU types a job runs on one type it may use: the placement rule picks the type
+(`placement.place_on_one_type`), and a job larger than every such type never counts against the others.
+
 The defaults are the Pollux artifact's: two queues split at 16 GPU-hours, no starvation promotion, greedy placement.
 As there, a job that keeps running keeps its nodes, a waiting job later in the order may start when an earlier one
 does not fit (only the GPU count is checked), and a demoted (or promoted) job joins the back of its new queue.
@@ -32,11 +35,13 @@ from pollux.cluster import Allocation, Cluster, free_gpus
 from pollux.errors import SpecError
 from pollux.policies.base import JobView, Policy, PolicyResult
 from pollux.policies.placement import (
+    fewest_nodes,
     fixed_batches,
     in_submit_order,
     kept_allocations,
-    place_consolidated,
-    place_most_free,
+    largest_type_gpus,
+    never_fits,
+    place_on_one_type,
     take,
 )
 
@@ -178,12 +183,17 @@ class TiresiasPolicy(Policy):
             st.queue, st.entered_s, st.service_base_gpu_s = 0, now, job.attained_service_gpu_s
 
     def _admit(self, ordered: list[JobView], cluster: Cluster, reasons: dict[str, str]) -> dict[str, int]:
-        """Who runs: in priority order, every job whose GPU count still fits in the cluster's total."""
+        """Who runs: in priority order, every job whose GPU count still fits in the cluster's total (and in one GPU
+        type it may use)."""
         left = cluster.num_gpus
         chosen: dict[str, int] = {}
         for job in ordered:
             needed = max(job.requested_gpus, 1)
-            if needed <= left:
+            capacity = largest_type_gpus(cluster, job)
+            if needed > capacity and capacity < cluster.num_gpus:
+                queue = self._state[job.name].queue
+                reasons[job.name] = f"waiting in queue {queue}: needs {needed} GPUs, {never_fits(cluster, capacity)}"
+            elif needed <= left:
                 chosen[job.name] = needed
                 left -= needed
             else:
@@ -204,16 +214,20 @@ class TiresiasPolicy(Policy):
             if job.name not in chosen or job.name in allocations:
                 continue
             needed = chosen[job.name]
-            if self._consolidated(job):
-                alloc = place_consolidated(free, needed, cluster.gpus_per_node)
-            else:
-                alloc = place_most_free(free, needed)
+            alloc = place_on_one_type(cluster, free, job, needed, consolidated=self._consolidated(job))
             if alloc is None:
-                nodes = -(-needed // cluster.gpus_per_node)
-                reasons[job.name] = (
-                    f"waiting in queue {self._state[job.name].queue}: needs {needed} GPUs on {nodes} node(s) "
-                    f"(consolidated), {sum(free)} free GPUs are spread over more nodes"
-                )
+                queue = self._state[job.name].queue
+                if self._consolidated(job):
+                    nodes = fewest_nodes(needed, cluster.node_gpus)
+                    reasons[job.name] = (
+                        f"waiting in queue {queue}: needs {needed} GPUs on {nodes} node(s) (consolidated), "
+                        f"{sum(free)} free GPUs are spread over more nodes"
+                    )
+                else:
+                    reasons[job.name] = (
+                        f"waiting in queue {queue}: needs {needed} GPUs of one GPU type, {sum(free)} free are "
+                        "spread over several types"
+                    )
                 continue
             take(free, alloc)
             allocations[job.name] = alloc

@@ -66,5 +66,5 @@ def assert_consistent(layout: Layout) -> None:
     for mine, theirs in zip(arrays, fresh_arrays, strict=True):
         np.testing.assert_array_equal(mine, theirs)
     for n in range(len(layout.free)):
-        assert layout.free[n] == layout.gpus_per_node - sum(r.get(n, 0) for r in layout.rows)
+        assert layout.free[n] == layout.values.node_gpus[n] - sum(r.get(n, 0) for r in layout.rows)
         assert layout.spanning[n] == sum(1 for r in layout.rows if len(r) > 1 and n in r)
