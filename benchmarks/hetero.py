@@ -130,7 +130,8 @@ def main() -> None:
                     theirs = (published.avg_jct_h, published.p99_h, published.makespan_h, published.gpu_hours_per_job)
                     cells = [f"{v:.2f} / {t:.1f} ({v / t - 1:+.0%})" for v, t in zip(ours, theirs, strict=True)]
                 label = policy if published is None else f"{policy} (vs {published.policy})"
-                contention = f"{np.mean([r.contention_mean for r in mine]):.1f} / {max(r.contention_max for r in mine):.0f}"
+                mean_contention = np.mean([r.contention_mean for r in mine])
+                contention = f"{mean_contention:.1f} / {max(r.contention_max for r in mine):.0f}"
                 round_ms = f"{np.median([r.round_s for r in mine]) * 1000:.0f}"
                 table.add_row(label, cells[0], f"{np.std(means):.2f}", *cells[1:], contention, round_ms)
             console.print(table)
