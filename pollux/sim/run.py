@@ -15,6 +15,7 @@ from pollux.data.philly import philly_service_samples
 from pollux.engine import Scheduler
 from pollux.errors import SimulationError, SpecError
 from pollux.policies.base import JobView, Policy
+from pollux.policies.placement import packed_placement
 from pollux.policies.registry import Input, PolicySettings, make_policy
 from pollux.sim.backend import SimBackend, SimJob, SimJobSpec
 from pollux.sim.jobmodel import JobModel, accumulated_step_time
@@ -48,13 +49,15 @@ class SimResult:
 def job_specs(rows: Sequence[WorkloadJob], policy: Policy, models: Mapping[str, JobModel], cluster: Cluster):
     """Workload rows as the policy's jobs: adaptive ones drop the user's batch; fixed ones keep it."""
     specs = []
+    largest = max(cluster.gpus_of_type(t) for t in cluster.gpu_types)  # a job holds GPUs of one type
+    has = f"the cluster has {largest}" if largest == cluster.num_gpus else f"its largest GPU type has {largest}"
     for row in rows:
         if row.application not in models:
             raise SpecError(f"job {row.name}: unknown application {row.application!r}; known: {sorted(models)}")
-        if row.num_replicas > cluster.num_gpus:
+        if row.num_replicas > largest:
             raise SpecError(
-                f"job {row.name}: asks for {row.num_replicas} GPUs but the cluster has {cluster.num_gpus}; "
-                "use a larger --nodes/--gpus-per-node or fix the workload's num_replicas"
+                f"job {row.name}: asks for {row.num_replicas} GPUs but {has}; "
+                "use a larger --cluster (or --nodes/--gpus-per-node) or fix the workload's num_replicas"
             )
         batch: int | None = row.batch_size
         cap = None
@@ -112,12 +115,12 @@ class TrueStepTime:
 
 
 def isolated_jct(job: SimJob, gpus: int, config: SimConfig) -> float:
-    """JCT of `job`'s model alone on `gpus` GPUs packed on nodes, from submission, with one restart delay."""
-    per_node = config.cluster.gpus_per_node
-    alloc = [min(per_node, gpus - i * per_node) for i in range(-(-gpus // per_node))]
+    """JCT of `job`'s model alone on `gpus` GPUs packed on the largest nodes, from submission, with one restart
+    delay."""
+    alloc = packed_placement(gpus, config.cluster.node_gpus)
     # The job alone keeps the throughput model it learned in the shared run, rather than learning it again.
     solo = SimJob(job.spec, job.model, fit_throughput_model=False, params=job.params)
-    solo.reallocate(tuple(alloc), 0.0, config.restart_delay_s)
+    solo.reallocate(alloc, 0.0, config.restart_delay_s)
     solo.advance(0.0, float(MAX_SIMULATED_S))
     return float(solo.completion_time_s) if solo.completion_time_s is not None else float("nan")
 
