@@ -140,7 +140,9 @@ class ApiServer:
                 "policy": service.config.policy,
                 "backend": type(service.launcher).__name__,
                 "nodes": cluster.num_nodes,
-                "gpus_per_node": cluster.gpus_per_node,
+                "gpus_per_node": cluster.gpus_per_node if cluster.uniform else None,  # None: see node_gpus
+                "node_gpus": list(cluster.node_gpus),
+                "node_types": list(cluster.node_types),
                 "rounds": service.rounds,
             }
         if method == "GET" and route == ["jobs"]:

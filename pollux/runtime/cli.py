@@ -23,6 +23,7 @@ from typing import Annotated, Any, TextIO
 import typer
 from rich.table import Table
 
+from pollux.cluster import Cluster
 from pollux.console import plain_console
 from pollux.errors import SchedulerDownError, ServiceError
 from pollux.option_bounds import bounds
@@ -154,8 +155,8 @@ def up(
         api.start()
         cluster = launcher.cluster
         plain_console(stderr=True).print(
-            f"Pollux scheduler at {api.url}: policy {policy}, {backend.value} backend, {cluster.num_nodes} node(s) x "
-            f"{cluster.gpus_per_node} slot(s); state in {directory}",
+            f"Pollux scheduler at {api.url}: policy {policy}, {backend.value} backend, {_nodes(cluster)}; "
+            f"state in {directory}",
             soft_wrap=True,
         )
         write_endpoint(directory, api.url)  # last: clients that find it can use the service at once
@@ -167,6 +168,14 @@ def up(
             api.close()
             (directory / "endpoint.json").unlink(missing_ok=True)
             launcher.shutdown()
+
+
+def _nodes(cluster: Cluster) -> str:
+    """The nodes a scheduler runs on, for its first line: `2 node(s) x 2 slot(s)`, or each group where nodes differ
+    in size or GPU type."""
+    if cluster.uniform and not cluster.heterogeneous:
+        return f"{cluster.num_nodes} node(s) x {cluster.gpus_per_node} slot(s)"
+    return f"{cluster.num_nodes} node(s): {cluster.describe()} slot(s)"
 
 
 def _launcher(backend: BackendName, slots: int | None, ray_address: str | None, resource: str, grace: float) -> Any:

@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pollux.cluster import Cluster
+from pollux.cluster import DEFAULT_GPU_TYPE, Cluster
+from pollux.cluster_spec import DEFAULT_PRESET, PRESETS, load_cluster
 from pollux.console import plain_console
 from pollux.errors import DataNotFoundError, PolluxError
 from pollux.option_bounds import bounds
@@ -141,6 +142,25 @@ def _make_out_dir(out: Path) -> None:
         raise PolluxError(f"--out {out}: the folder is not writable; pass one you may write to")
 
 
+def chosen_cluster(cluster: str | None, nodes: int | None, gpus_per_node: int | None) -> Cluster:
+    """The cluster the options name: `--cluster` (preset or file), else the uniform `aws` cluster that
+    `--nodes`/`--gpus-per-node` describe (16 × 4 when neither is given: the `pollux-artifact` preset)."""
+    if cluster is None:
+        default = PRESETS[DEFAULT_PRESET]
+        return Cluster(
+            default.num_nodes if nodes is None else nodes,
+            default.gpus_per_node if gpus_per_node is None else gpus_per_node,
+            DEFAULT_GPU_TYPE,
+        )
+    given = [flag for flag, value in (("--nodes", nodes), ("--gpus-per-node", gpus_per_node)) if value is not None]
+    if given:
+        raise PolluxError(
+            f"--cluster and {' and '.join(given)} both describe the cluster; give --cluster alone (a preset or file), "
+            "or --nodes/--gpus-per-node alone for a uniform aws cluster"
+        )
+    return load_cluster(cluster)
+
+
 def summary_table(results: list[SimResult], title: str) -> Table:
     table = Table(title=title)
     columns = (
@@ -186,8 +206,21 @@ def simulate_command(
     policy: Annotated[
         list[str] | None, typer.Option("--policy", "-p", help="Repeat for several; default: all.")
     ] = None,
-    nodes: Annotated[int, typer.Option(help="Nodes in the cluster.", callback=bounds(1))] = 16,
-    gpus_per_node: Annotated[int, typer.Option(help="GPUs on each node.", callback=bounds(1))] = 4,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster",
+            help=f"A preset ({', '.join(PRESETS)}) or a TOML file of node groups (gpu_type, num_nodes, gpus_per_node). "
+            f"Default: {DEFAULT_PRESET}.",
+        ),
+    ] = None,
+    nodes: Annotated[
+        int | None,
+        typer.Option(help="Nodes of a uniform aws cluster, instead of --cluster (default 16).", callback=bounds(1)),
+    ] = None,
+    gpus_per_node: Annotated[
+        int | None, typer.Option(help="GPUs on each of its nodes (default 4).", callback=bounds(1))
+    ] = None,
     interval: Annotated[int, typer.Option(help="Seconds between scheduling rounds.", callback=bounds(1))] = 60,
     restart_delay: Annotated[int, typer.Option(help="Seconds lost at every (re)start.", callback=bounds(0))] = 30,
     interference: Annotated[
@@ -210,14 +243,17 @@ def simulate_command(
     unknown = [n for n in names if n not in POLICIES]
     if unknown:
         raise PolluxError(f"unknown policy {unknown[0]!r}; choose from: {', '.join(POLICIES)}")
-    config = SimConfig(Cluster(nodes, gpus_per_node), interval, restart_delay, interference)
+    config = SimConfig(chosen_cluster(cluster, nodes, gpus_per_node), interval, restart_delay, interference)
     inputs, note = resolve_inputs(workload, data_dir, seed)
     load_inputs(inputs)  # a missing or malformed workload is reported here, not from a worker under a bar
     _make_out_dir(out)
     console.print(note, soft_wrap=True)
     results = run_policies(names, inputs, config, processes, console)
     paths = write_outputs(results, out)
-    title = f"{workload if not inputs.offline else 'generated workload'} on {nodes}×{gpus_per_node} GPUs"
+    title = (
+        f"{workload if not inputs.offline else 'generated workload'} on {config.cluster.describe()} "
+        f"({config.cluster.num_gpus} GPUs)"
+    )
     plain_console(width=max(console.width, 120)).print(summary_table(results, title))
     plots = ", ".join(p.name for p in paths if p.suffix == ".png")
     console.print(f"Wrote {len(paths)} files to {out}/ — plots: {plots}", soft_wrap=True)

@@ -15,6 +15,7 @@ from pollux.data.philly import philly_service_samples
 from pollux.engine import Scheduler
 from pollux.errors import SimulationError, SpecError
 from pollux.policies.base import JobView, Policy
+from pollux.policies.placement import packed_placement
 from pollux.policies.registry import Input, PolicySettings, make_policy
 from pollux.sim.backend import SimBackend, SimJob, SimJobSpec
 from pollux.sim.jobmodel import JobModel, accumulated_step_time
@@ -51,13 +52,15 @@ def job_specs(
 ):
     """Workload rows as the policy's jobs: adaptive ones drop the user's batch; fixed ones keep it."""
     specs = []
+    largest = max(cluster.gpus_of_type(t) for t in cluster.gpu_types)  # a job holds GPUs of one type
+    has = f"the cluster has {largest}" if largest == cluster.num_gpus else f"its largest GPU type has {largest}"
     for row in rows:
         if row.application not in models:
             raise SpecError(f"job {row.name}: unknown application {row.application!r}; known: {sorted(models)}")
-        if row.num_replicas > cluster.num_gpus:
+        if row.num_replicas > largest:
             raise SpecError(
-                f"job {row.name}: asks for {row.num_replicas} GPUs but the cluster has {cluster.num_gpus}; "
-                "use a larger --nodes/--gpus-per-node or fix the workload's num_replicas"
+                f"job {row.name}: asks for {row.num_replicas} GPUs but {has}; "
+                "use a larger --cluster (or --nodes/--gpus-per-node) or fix the workload's num_replicas"
             )
         batch: int | None = row.batch_size
         cap = None
@@ -130,12 +133,12 @@ class TrueStepTime:
 
 
 def isolated_jct(job: SimJob, gpus: int, config: SimConfig) -> float:
-    """JCT of `job`'s model alone on `gpus` GPUs packed on nodes, from submission, with one restart delay."""
+    """JCT of `job`'s model alone on `gpus` GPUs packed on the largest nodes of the GPU type it ran on last (at
+    most all of them), from submission, with one restart delay."""
     cluster = config.cluster
-    per_node = max(cluster.node_gpus[n] for n in cluster.nodes_of_type(job.gpu_type))
-    alloc = [min(per_node, gpus - i * per_node) for i in range(-(-gpus // per_node))]
-    # The job alone, on the GPU type it ran on last, keeps the throughput model it learned in the shared run,
-    # rather than learning it again.
+    sizes = [cluster.node_gpus[n] for n in cluster.nodes_of_type(job.gpu_type)]
+    alloc = packed_placement(min(gpus, sum(sizes)), sizes)
+    # The job alone keeps the throughput models it learned in the shared run, rather than learning them again.
     solo = SimJob(
         job.spec,
         job.typed,
@@ -144,7 +147,7 @@ def isolated_jct(job: SimJob, gpus: int, config: SimConfig) -> float:
         gpu_type=job.gpu_type,
         params_by_type=dict(job.params_by_type),
     )
-    solo.reallocate(tuple(alloc), 0.0, config.restart_delay_s)
+    solo.reallocate(alloc, 0.0, config.restart_delay_s)
     solo.advance(0.0, float(MAX_SIMULATED_S))
     return float(solo.completion_time_s) if solo.completion_time_s is not None else float("nan")
 
