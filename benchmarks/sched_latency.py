@@ -4,7 +4,14 @@ Each round comes from `benchmarks.synthetic_jobs`: jobs drawn from the six measu
 holding what a round a minute earlier gave them, on 4-GPU nodes. `optimize` is timed whole (best and median of
 repeats); `value_table`, the per-job values it builds first, is timed apart to show where the time goes.
 
-Run: .venv/bin/python -m benchmarks.sched_latency [--repeats 3] [--seed 0] [--size 1000x1024 ...]
+`--typed`: the same on clusters of three GPU types instead, Sia's Figure 9 range (SOSP'23: 64 to 2,048 GPUs × 3
+types). The 64-GPU cluster is the `sia-heterogeneous` preset (6 × 4 aws + 3 × 8 rtx + 2 × 8 dgx-ext); larger ones
+have k times its nodes, each type's nodes of the same shape. Jobs grow as in Sia's figure, from 160 on 64 GPUs to
+1,000 on 2,048 (geometrically between, about 160 · (GPUs / 64)^0.53); rounds come from
+`benchmarks.synthetic_jobs.synthetic_typed_round` (Sia's six models). The value-table column times the per-type
+tables (`typed_value_tables`); Sia's published median policy time is printed beside the sizes it reports.
+
+Run: .venv/bin/python -m benchmarks.sched_latency [--typed] [--repeats 3] [--seed 0] [--size 1000x1024 ...]
 """
 
 from __future__ import annotations
@@ -18,13 +25,21 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks.synthetic_jobs import applications, synthetic_round
-from pollux.cluster import Cluster, validate_allocations
+from benchmarks.synthetic_jobs import applications, synthetic_round, synthetic_typed_round, typed_applications
+from pollux.cluster import Cluster, NodeGroup, validate_allocations
+from pollux.cluster_spec import load_cluster
+from pollux.policies.pollux import PolluxPolicy
 from pollux.policies.registry import make_policy
+from pollux.policies.typed_search import type_slices, typed_value_tables
 
 SIZES = ((20, 64), (100, 256), (1000, 1024), (5000, 4096))
 GPUS_PER_NODE = 4
 NOW = 36000.0
+
+TYPED_PRESET = "sia-heterogeneous"  # 64 GPUs of 3 types: Sia's smallest size in Figure 9
+TYPED_SIZES = ((160, 64), (330, 256), (690, 1024), (1000, 2048))
+# Sia's median policy time (SOSP'23, Figure 9) at the sizes the paper states it for.
+SIA_PUBLISHED = {64: "96 ms", 2048: "≈ 1 s"}
 
 
 def timed(fn: Callable[[], object], repeats: int) -> list[float]:
@@ -41,13 +56,26 @@ def parse_size(text: str) -> tuple[int, int]:
     return int(jobs), int(gpus)
 
 
+def typed_cluster(gpus: int) -> Cluster:
+    """`TYPED_PRESET` with `gpus // 64` times its nodes of every group."""
+    base = load_cluster(TYPED_PRESET)
+    scale, rest = divmod(gpus, base.num_gpus)
+    if rest or scale < 1:
+        raise SystemExit(f"--typed sizes need a multiple of {base.num_gpus} GPUs, got {gpus}")
+    return Cluster.of_groups([NodeGroup(g.gpu_type, g.num_nodes * scale, g.gpus_per_node) for g in base.groups])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--size", action="append", type=parse_size, help="JOBSxGPUS, e.g. 1000x1024 (repeatable)")
+    parser.add_argument("--typed", action="store_true", help="clusters of 3 GPU types (Sia's Figure 9 range)")
     args = parser.parse_args()
     console = Console(width=120)
+    if args.typed:
+        typed_main(args, console)
+        return
     applications()  # load and fit the six models once, outside the timings
 
     table = Table(title=f"Pollux round latency, {GPUS_PER_NODE}-GPU nodes, best / median of {args.repeats}")
@@ -66,6 +94,7 @@ def main() -> None:
         with console.status(f"{jobs_n} jobs on {gpus_n} GPUs"):
             jobs = synthetic_round(jobs_n, cluster, np.random.default_rng(args.seed), NOW)
             policy = make_policy("pollux")
+            assert isinstance(policy, PolluxPolicy)
             result = policy.optimize(jobs, cluster, NOW)
             validate_allocations(cluster, result.allocations, avoid_sharing=True)
             table_s = timed(lambda: policy.value_table(jobs, cluster, NOW), args.repeats)  # noqa: B023
@@ -76,6 +105,50 @@ def main() -> None:
             f"{min(table_s):.4f}",
             f"{min(optimize_s):.4f}",
             f"{statistics.median(optimize_s):.4f}",
+            f"{len(result.allocations):,}",
+            f"{sum(sum(a) for a in result.allocations.values()):,}",
+        )
+    console.print(table)
+
+
+def typed_main(args: argparse.Namespace, console: Console) -> None:
+    """The `--typed` table (module docstring)."""
+    table = Table(
+        title=f"Pollux round latency, 3 GPU types ({load_cluster(TYPED_PRESET).describe()} × k), "
+        f"best / median of {args.repeats}"
+    )
+    for name in (
+        "jobs",
+        "GPUs",
+        "nodes",
+        "value tables s",
+        "optimize s (best)",
+        "optimize s (median)",
+        "Sia (paper)",
+        "jobs placed",
+        "GPUs used",
+    ):
+        table.add_column(name, justify="right")
+    for jobs_n, gpus_n in args.size or TYPED_SIZES:
+        cluster = typed_cluster(gpus_n)
+        typed_applications(cluster.gpu_types)  # load and fit the models once per type, outside the timings
+        with console.status(f"{jobs_n} jobs on {gpus_n} GPUs of {len(cluster.gpu_types)} types"):
+            jobs = synthetic_typed_round(jobs_n, cluster, np.random.default_rng(args.seed), NOW)
+            policy = make_policy("pollux")
+            assert isinstance(policy, PolluxPolicy)
+            result = policy.optimize(jobs, cluster, NOW)
+            validate_allocations(cluster, result.allocations, avoid_sharing=True)
+            pieces = type_slices(cluster)
+            table_s = timed(lambda: typed_value_tables(policy, jobs, cluster, pieces, NOW), args.repeats)  # noqa: B023
+            optimize_s = timed(lambda: policy.optimize(jobs, cluster, NOW), args.repeats)  # noqa: B023
+        table.add_row(
+            f"{jobs_n:,}",
+            f"{gpus_n:,}",
+            f"{cluster.num_nodes}",
+            f"{min(table_s):.4f}",
+            f"{min(optimize_s):.4f}",
+            f"{statistics.median(optimize_s):.4f}",
+            SIA_PUBLISHED.get(gpus_n, "–"),
             f"{len(result.allocations):,}",
             f"{sum(sum(a) for a in result.allocations.values()):,}",
         )
