@@ -77,12 +77,15 @@ class Move:
 class Polisher:
     """Local search over whole allocation rows; see the module docstring."""
 
-    def __init__(self, avoid_interference: bool) -> None:
+    def __init__(self, avoid_interference: bool, round_jobs: int | None = None) -> None:
+        """`round_jobs`: the jobs of the whole round, where the layout holds some of them (one GPU type's), so that
+        the moves of a round stay bounded by its jobs, however many types it splits into."""
         self.avoid = avoid_interference
+        self.round_jobs = round_jobs
 
     def run(self, layout: Layout) -> None:
         """Polish `layout` in place."""
-        for _ in range(min(MAX_MOVES, max(2, JOB_MOVES // layout.num_jobs))):
+        for _ in range(min(MAX_MOVES, max(2, JOB_MOVES // (self.round_jobs or layout.num_jobs)))):
             changes = self._best_move(layout)
             if changes is None:
                 break

@@ -233,13 +233,14 @@ class PolluxPolicy(Policy):
         }
         return PolicyResult(placed, reasons, info={"fitness": self.fitness(value)})
 
-    def search(self, values: ValueTable, counts: np.ndarray) -> Layout:
-        """Steps 2-5 from the GPU counts of step 1: placement and fill, local search, polish."""
-        return self._polish(values, self._improve(values, self._layout(values, counts)))
+    def search(self, values: ValueTable, counts: np.ndarray, round_jobs: int | None = None) -> Layout:
+        """Steps 2-5 from the GPU counts of step 1: placement and fill, local search, polish. `round_jobs`: the
+        round's jobs where `values` holds some of them (one GPU type's), for the polish's budget."""
+        return self._polish(values, self._improve(values, self._layout(values, counts)), round_jobs)
 
-    def _polish(self, values: ValueTable, layout: Layout) -> Layout:
+    def _polish(self, values: ValueTable, layout: Layout, round_jobs: int | None = None) -> Layout:
         """Step 5, from two starts: the allocation so far and the current one (the fitter result wins)."""
-        polisher = Polisher(self.avoid_interference)
+        polisher = Polisher(self.avoid_interference, round_jobs)
         starts = [layout]
         if all(len(a) == values.num_nodes for a in values.allocations):
             starts.append(Layout(values, values.current))

@@ -206,7 +206,7 @@ def optimize_typed(
         if not members:
             continue
         values = sub_table(tables[t], members, piece.cluster)
-        layout = policy.search(values, counts[members])
+        layout = policy.search(values, counts[members], round_jobs=len(jobs))
         for k, j in enumerate(members):
             value[j] = layout.value[k]
             if layout.gpus[k] > 0:
