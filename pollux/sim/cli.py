@@ -18,11 +18,13 @@ from rich.table import Table
 from pollux.cluster import DEFAULT_GPU_TYPE, Cluster
 from pollux.cluster_spec import DEFAULT_PRESET, PRESETS, load_cluster
 from pollux.console import plain_console
+from pollux.data.locate import DATASET, SIA_DATASET, Artifact
 from pollux.errors import DataNotFoundError, PolluxError
 from pollux.option_bounds import bounds
 from pollux.sim.jobmodel import JobModel
 from pollux.sim.run import SimConfig, SimResult
-from pollux.sim.workload import Workload
+from pollux.sim.typed import TypedJobModel
+from pollux.sim.workload import Workload, workload_artifact
 
 DEFAULT_WORKLOAD = "workload-1"
 OFFLINE_JOBS, OFFLINE_HOURS = 160, 8.0
@@ -33,20 +35,34 @@ class SimInputs:
     """Where models and the workload come from, as resolved once in the parent process."""
 
     workload: str
-    data_dir: Path | None
+    data_dir: Path | None  # the folder of the artifact whose job models run (`profiles`)
     offline: bool  # no artifact data: parametric catalog + generated workload
     seed: int
+    profiles: Artifact = DATASET  # the artifact whose job models run
+    typed: bool = False  # the cluster has GPU types other than the Pollux artifact's T4: models per type
+
+
+def profiles_for(workload: str, cluster: Cluster) -> Artifact:
+    """Whose job models a simulation runs: the Sia artifact's (per GPU type, with its calibration and restore
+    delays) for its own workloads and for any cluster with a type besides the T4 (`aws`) the Pollux artifact
+    measured on; the Pollux artifact's otherwise (docs/design.md, "Job models per GPU type")."""
+    if workload_artifact(workload) == SIA_DATASET or set(cluster.gpu_types) != {DEFAULT_GPU_TYPE}:
+        return SIA_DATASET
+    return DATASET
 
 
 def resolve_inputs(
-    workload: str, data_dir: Path | None, seed: int, allow_offline: bool = True
+    workload: str, data_dir: Path | None, seed: int, allow_offline: bool = True, cluster: Cluster | None = None
 ) -> tuple[SimInputs, str]:
     """Measured profiles and the named workload when the data is there; else (for an artifact name, not a file)
     the parametric catalog with a generated workload. Returns the inputs and a line saying which."""
     from pollux.data.locate import find_data_dir
 
+    cluster = cluster or Cluster()
+    profiles = profiles_for(workload, cluster)
+    typed = profiles == SIA_DATASET
     try:
-        location = find_data_dir(data_dir)
+        location = find_data_dir(data_dir, artifact=profiles)
     except DataNotFoundError as error:
         if Path(workload).is_file() or not allow_offline:
             raise
@@ -54,23 +70,31 @@ def resolve_inputs(
             f"No artifact data ({error}). Running on the parametric job catalog with a generated workload "
             f"({OFFLINE_JOBS} jobs over {OFFLINE_HOURS:g} h, seed {seed}) instead of {workload}."
         )
-        return SimInputs(workload, None, True, seed), note
-    return SimInputs(workload, location.path, False, seed), f"Job profiles and workload from {location.path}"
+        return SimInputs(workload, None, True, seed, profiles, typed), note
+    what = "Job profiles per GPU type (Sia artifact)" if typed else "Job profiles"
+    return SimInputs(workload, location.path, False, seed, profiles, typed), f"{what} from {location.path}"
 
 
-def load_inputs(inputs: SimInputs) -> tuple[dict[str, JobModel], Workload]:
+def load_inputs(inputs: SimInputs) -> tuple[dict[str, JobModel | TypedJobModel], Workload]:
     """(models, workload) for `inputs`; runs in each worker process."""
+    models: dict[str, JobModel | TypedJobModel]
     if inputs.offline:
         from pollux.sim.generate import generate_workload
-        from pollux.sim.parametric import load_catalog
+        from pollux.sim.parametric import load_catalog, load_typed_catalog
 
-        catalog: dict[str, JobModel] = dict(load_catalog())
-        return catalog, generate_workload(OFFLINE_JOBS, OFFLINE_HOURS, inputs.seed, source="summary")
+        models = dict(load_typed_catalog()) if inputs.typed else dict(load_catalog())
+        return models, generate_workload(OFFLINE_JOBS, OFFLINE_HOURS, inputs.seed, source="summary")
     from pollux.sim.measured import load_measured_models
+    from pollux.sim.typed import load_typed_models
     from pollux.sim.workload import read_workload
 
-    models: dict[str, JobModel] = dict(load_measured_models(inputs.data_dir))
-    return models, read_workload(inputs.workload, inputs.data_dir, applications=models)
+    if inputs.typed:
+        models = dict(load_typed_models(inputs.profiles, inputs.data_dir))
+    else:
+        models = dict(load_measured_models(inputs.data_dir))
+    same_artifact = workload_artifact(inputs.workload) in (None, inputs.profiles)
+    workload = read_workload(inputs.workload, inputs.data_dir if same_artifact else None, applications=models)
+    return models, workload
 
 
 def run_policy(policy_name: str, inputs: SimInputs, config: SimConfig, progress=None) -> SimResult:
@@ -142,6 +166,13 @@ def _make_out_dir(out: Path) -> None:
         raise PolluxError(f"--out {out}: the folder is not writable; pass one you may write to")
 
 
+def default_policies(cluster: Cluster) -> list[str]:
+    """Every registered policy; on a cluster of one GPU type not `pollux-unaware`, which decides as `pollux` there."""
+    from pollux.policies.registry import POLICIES
+
+    return [name for name in POLICIES if cluster.heterogeneous or name != "pollux-unaware"]
+
+
 def chosen_cluster(cluster: str | None, nodes: int | None, gpus_per_node: int | None) -> Cluster:
     """The cluster the options name: `--cluster` (preset or file), else the uniform `aws` cluster that
     `--nodes`/`--gpus-per-node` describe (16 × 4 when neither is given: the `pollux-artifact` preset)."""
@@ -204,7 +235,8 @@ def simulate_command(
         str, typer.Argument(help="CSV path, or an artifact name such as workload-1.")
     ] = DEFAULT_WORKLOAD,
     policy: Annotated[
-        list[str] | None, typer.Option("--policy", "-p", help="Repeat for several; default: all.")
+        list[str] | None,
+        typer.Option("--policy", "-p", help="Repeat for several; default: all (pollux-unaware: typed clusters only)."),
     ] = None,
     cluster: Annotated[
         str | None,
@@ -239,12 +271,12 @@ def simulate_command(
     from pollux.sim.report import write_outputs
 
     console = plain_console()
-    names = policy or list(POLICIES)
+    config = SimConfig(chosen_cluster(cluster, nodes, gpus_per_node), interval, restart_delay, interference)
+    names = policy or default_policies(config.cluster)
     unknown = [n for n in names if n not in POLICIES]
     if unknown:
         raise PolluxError(f"unknown policy {unknown[0]!r}; choose from: {', '.join(POLICIES)}")
-    config = SimConfig(chosen_cluster(cluster, nodes, gpus_per_node), interval, restart_delay, interference)
-    inputs, note = resolve_inputs(workload, data_dir, seed)
+    inputs, note = resolve_inputs(workload, data_dir, seed, cluster=config.cluster)
     load_inputs(inputs)  # a missing or malformed workload is reported here, not from a worker under a bar
     _make_out_dir(out)
     console.print(note, soft_wrap=True)

@@ -225,7 +225,7 @@ def _records(backend: SimBackend, timeline: Sequence[TimelinePoint], config: Sim
                 fair_share_gpus=share,
                 isolated_jct_s=alone,
                 fairness=None if jct is None or not alone else jct / alone,
-                gpu_seconds_by_type=dict(job.gpu_s_by_type),
+                gpu_seconds_by_type={t: job.gpu_s_by_type.get(t, 0.0) for t in config.cluster.gpu_types},
             )
         )
     return tuple(records)

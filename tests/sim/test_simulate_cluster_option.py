@@ -61,3 +61,33 @@ def test_the_results_table_names_the_cluster_of_a_file(tmp_path, monkeypatch):
     result = runner.invoke(app, [*args, "--out", str(tmp_path / "o")], terminal_width=200)
     assert result.exit_code == 0, result.output
     assert "4×8 aws + 8×4 aws (64 GPUs)" in result.output
+
+
+def test_a_typed_cluster_or_a_sia_workload_runs_the_sia_artifacts_models_per_type():
+    from pollux.sim.cli import profiles_for
+
+    assert profiles_for("workload-1", Cluster(16, 4)) == "pollux-osdi21"
+    assert profiles_for("workload-1", chosen_cluster("sia-heterogeneous", None, None)) == "sia-sosp23"
+    assert profiles_for("philly/workload-3", Cluster(16, 4)) == "sia-sosp23"
+
+
+def test_simulate_on_the_heterogeneous_preset_writes_each_policys_jct_and_per_type_metrics(tmp_path):
+    import json
+
+    from pollux.data.locate import find_data_dir
+    from pollux.errors import DataNotFoundError
+
+    try:
+        find_data_dir(artifact="sia-sosp23")
+    except DataNotFoundError:
+        pytest.skip("needs the Sia artifact's data (../shared/data or `pollux data fetch`)")
+    out = tmp_path / "het"
+    args = ["simulate", "philly/workload-1", "--cluster", "sia-heterogeneous", "-p", "gavel", "--out", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    gavel = summary["gavel"]
+    assert gavel["avg_jct_s"] > 0 and gavel["jobs_finished"] == gavel["jobs"] == 160
+    assert {"gpu_hours_per_job", "contention_mean", "contention_max"} <= set(gavel)
+    assert all(0 < gavel[f"gpu_utilization_{t}"] <= 1 for t in ("aws", "rtx", "dgx-ext"))
+    assert "6×4 aws + 3×8 rtx + 2×8 dgx-ext" in result.output
