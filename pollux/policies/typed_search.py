@@ -187,8 +187,76 @@ def choose_types(
         ratio, t, target = best(j)
         if ratio > 0:
             heapq.heappush(heap, (-ratio, r, t, j, target))
-    for j in np.flatnonzero(kind < 0).tolist():  # waiting: where one GPU is worth most
-        kind[j] = max(range(len(tables)), key=lambda t: (float(tables[t].natural[j, 1]), -t))
+    return kind, counts
+
+
+def envelope_vertices(values: np.ndarray) -> list[int]:
+    """Counts K > 0 on the upper concave envelope of (K, values[K]) from K = 0: the counts worth stopping at when
+    GPUs are scarce (a count below the envelope is beaten by a mix of its neighbours)."""
+    hull: list[int] = [0]
+    for k in range(1, len(values)):
+        if not np.isfinite(values[k]):
+            continue
+        while len(hull) >= 2:
+            a, b = hull[-2], hull[-1]
+            if (values[b] - values[a]) * (k - a) <= (values[k] - values[a]) * (b - a):
+                hull.pop()
+            else:
+                break
+        hull.append(k)
+    return hull[1:]
+
+
+def counts_by_program(
+    tables: Sequence[ValueTable], pieces: Sequence[TypeSlice], time_limit_s: float = 1.0
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(type index, GPUs) per job maximizing the sum of the jobs' values under every type's GPUs: a multiple-choice
+    knapsack, solved as a mixed-integer program (HiGHS), as Sia solves its own. Each (job, type) offers the counts
+    on the upper concave envelope of its values and its current count (where it keeps its allocation). None when
+    HiGHS returns no solution within `time_limit_s`; -1 where a job gets nothing."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import csr_array
+
+    num_jobs = tables[0].num_jobs
+    job_of, type_of, count_of, gain_of = [], [], [], []
+    for t, values in enumerate(tables):
+        capacity = pieces[t].cluster.num_gpus
+        tops = np.minimum(values.max_gpus, capacity)
+        for j in np.flatnonzero(tops >= 1).tolist():
+            row = values.natural[j, : tops[j] + 1].copy()
+            current = int(values.current_gpus[j])
+            if 0 < current < row.size:
+                row[current] = max(row[current], values.keep[j])
+            candidates = set(envelope_vertices(row))
+            if 0 < current < row.size:
+                candidates.add(current)
+            for k in sorted(candidates):
+                gain = row[k] - row[0]
+                if np.isfinite(gain) and gain > 0:
+                    job_of.append(j)
+                    type_of.append(t)
+                    count_of.append(k)
+                    gain_of.append(gain)
+    kind = np.full(num_jobs, -1, dtype=np.int64)
+    counts = np.zeros(num_jobs, dtype=np.int64)
+    if not gain_of:
+        return kind, counts
+    columns = np.arange(len(gain_of))
+    one_each = csr_array((np.ones(len(columns)), (job_of, columns)), shape=(num_jobs, len(columns)))
+    per_type = csr_array((np.array(count_of, dtype=np.float64), (type_of, columns)), shape=(len(tables), len(columns)))
+    capacities = np.array([piece.cluster.num_gpus for piece in pieces], dtype=np.float64)
+    gains = np.array(gain_of)
+    solution = milp(
+        -gains / gains.max(),
+        integrality=np.ones(len(columns)),
+        bounds=Bounds(0, 1),
+        constraints=[LinearConstraint(one_each, 0, 1), LinearConstraint(per_type, 0, capacities)],
+        options={"time_limit": time_limit_s, "mip_rel_gap": 1e-6},
+    )
+    if solution.x is None:
+        return None
+    for c in np.flatnonzero(solution.x > 0.5).tolist():
+        kind[job_of[c]], counts[job_of[c]] = type_of[c], count_of[c]
     return kind, counts
 
 
@@ -198,7 +266,10 @@ def optimize_typed(
     """Allocations on every type (module docstring) and every job's value, in job order."""
     pieces = type_slices(cluster)
     tables = typed_value_tables(policy, jobs, cluster, pieces, now)
-    kind, counts = choose_types(policy, tables, jobs, pieces)
+    chosen = counts_by_program(tables, pieces)
+    kind, counts = chosen if chosen is not None else choose_types(policy, tables, jobs, pieces)
+    for j in np.flatnonzero(kind < 0).tolist():  # waiting: where one GPU is worth most
+        kind[j] = max(range(len(tables)), key=lambda t: (float(tables[t].natural[j, 1]), -t))
     placed: dict[str, Allocation] = {}
     value = np.zeros(len(jobs))
     for t, piece in enumerate(pieces):
