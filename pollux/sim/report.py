@@ -77,4 +77,41 @@ def plot(results: Sequence[SimResult], out_dir: Path) -> list[Path]:
     paths.append(out_dir / "cluster-timeline.png")
     fig.savefig(paths[-1], dpi=120)
     plt.close(fig)
+    paths.append(plot_gpu_hours_by_type(results, out_dir / "gpu-hours-by-type.png"))
     return paths
+
+
+def plot_gpu_hours_by_type(results: Sequence[SimResult], path: Path) -> Path:
+    """GPU-hours per job of each model, split by the GPU type they ran on, one panel per policy (the Sia paper's
+    Figure 6): where a policy put each kind of job."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    apps = sorted({j.application for r in results for j in r.jobs})
+    types = list(dict.fromkeys(t for r in results for j in r.jobs for t in j.gpu_seconds_by_type))
+    fig, axes = plt.subplots(1, len(results), figsize=(3.2 * len(results) + 1, 4), sharey=True, squeeze=False)
+    for ax, result in zip(axes[0], results, strict=True):
+        bottom = np.zeros(len(apps))
+        for gpu_type in types:
+            hours = np.array(
+                [
+                    np.mean([j.gpu_seconds_by_type.get(gpu_type, 0.0) for j in result.jobs if j.application == a])
+                    / HOUR_S
+                    for a in apps
+                ]
+            )
+            ax.bar(apps, hours, bottom=bottom, label=gpu_type)
+            bottom += hours
+        ax.set_title(result.policy)
+        ax.tick_params(axis="x", rotation=45)
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("GPU-hours per job")
+    axes[0][0].legend(title="GPU type", loc="upper left")
+    fig.suptitle("Where each model ran: GPU-hours per job by GPU type")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -91,3 +91,4 @@ def test_simulate_on_the_heterogeneous_preset_writes_each_policys_jct_and_per_ty
     assert {"gpu_hours_per_job", "contention_mean", "contention_max"} <= set(gavel)
     assert all(0 < gavel[f"gpu_utilization_{t}"] <= 1 for t in ("aws", "rtx", "dgx-ext"))
     assert "6×4 aws + 3×8 rtx + 2×8 dgx-ext" in result.output
+    assert (out / "gpu-hours-by-type.png").stat().st_size > 0
