@@ -25,7 +25,7 @@ O(Σ_j (hi_j − lo_j + 1) · G) ≤ O(J · G²) time and O(J · G) memory for t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
@@ -138,6 +138,12 @@ class ElasticDPPolicy(Policy):
         batch = {}
         for job, table, k in zip(admitted, tables, counts, strict=True):
             if k > 0:
+                gpu_type = types.get(job.name)
+                if cluster.heterogeneous and gpu_type is not None and job.bounds_on(gpu_type) != job.local_bsz_bounds:
+                    # The counts were chosen blind to types; the batch must fit the memory of the type it got.
+                    sizes = [cluster.node_gpus[n] for n in cluster.nodes_of_type(gpu_type)]
+                    typed = rate_table(replace(job, local_bsz_bounds=job.bounds_on(gpu_type)), k, sizes)
+                    table = typed if np.isfinite(typed.rate[k]) else table
                 batch[job.name] = BatchConfig(int(table.local_bsz[k]), int(table.accum_steps[k]))
         self._batch, self._reasons = batch, reasons
         total = float(sum(table.rate[k] for table, k in zip(tables, counts, strict=True) if k > 0))

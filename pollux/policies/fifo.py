@@ -57,4 +57,4 @@ class FifoPolicy(Policy):
                 continue
             take(free, alloc)
             allocations[job.name] = alloc
-        return PolicyResult(allocations=allocations, reasons=reasons, batch=fixed_batches(jobs, allocations))
+        return PolicyResult(allocations=allocations, reasons=reasons, batch=fixed_batches(jobs, allocations, cluster))

@@ -118,7 +118,7 @@ class OptimusPolicy(Policy):
         return PolicyResult(
             allocations=allocations,
             reasons=reasons,
-            batch=fixed_batches(jobs, allocations),
+            batch=fixed_batches(jobs, allocations, cluster),
             info={"predicted_remaining_s": remaining_time},
         )
 

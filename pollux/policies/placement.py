@@ -46,14 +46,20 @@ def fixed_batch_config(
     return local_bsz, accum_steps
 
 
-def fixed_batches(jobs: Iterable[JobView], allocations: Mapping[str, Allocation]) -> dict[str, BatchConfig]:
-    """Per-GPU batch and accumulation of every placed job that has a fixed total batch (`fixed_batch_config`)."""
+def fixed_batches(
+    jobs: Iterable[JobView], allocations: Mapping[str, Allocation], cluster: Cluster
+) -> dict[str, BatchConfig]:
+    """Per-GPU batch and accumulation of every placed job that has a fixed total batch (`fixed_batch_config`),
+    within the memory of the GPU type it is placed on."""
     batch = {}
     for job in jobs:
-        gpus = sum(allocations.get(job.name, ()))
+        alloc = allocations.get(job.name, ())
+        gpus = sum(alloc)
         if job.batch_size is not None and gpus > 0:
+            gpu_type = cluster.allocation_type(alloc) if cluster.heterogeneous else None
+            bounds = job.bounds_on(gpu_type) if gpu_type is not None else job.local_bsz_bounds
             local_bsz, accum_steps = fixed_batch_config(
-                job.batch_size, gpus, job.init_batch_size, job.max_batch_size, job.local_bsz_bounds
+                job.batch_size, gpus, job.init_batch_size, job.max_batch_size, bounds
             )
             batch[job.name] = BatchConfig(local_bsz, accum_steps)
     return batch

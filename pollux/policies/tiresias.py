@@ -162,7 +162,9 @@ class TiresiasPolicy(Policy):
         info: dict[str, object] = {"queue": {job.name: self._state[job.name].queue for job in jobs}}
         if index:
             info["gittins_index"] = index
-        return PolicyResult(allocations=allocations, reasons=reasons, batch=fixed_batches(jobs, allocations), info=info)
+        return PolicyResult(
+            allocations=allocations, reasons=reasons, batch=fixed_batches(jobs, allocations, cluster), info=info
+        )
 
     def _update(self, job: JobView, now: float) -> None:
         """Enter a new job, demote one whose service crossed a threshold, promote one that starved."""

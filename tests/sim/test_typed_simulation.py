@@ -123,3 +123,41 @@ def test_a_type_unaware_backend_pools_its_samples_and_shows_one_model(models):
         models["cifar10"].on("slow").max_local_bsz,
     )
     assert set(view.run_time_by_type_s) == {"slow", "fast"}
+
+
+@pytest.mark.parametrize("policy_name", ["pollux", "gavel", "tiresias", "optimus", "elastic-dp", "pollux-unaware"])
+def test_every_round_keeps_each_types_capacity_and_each_jobs_memory_on_its_type(policy_name):
+    """Per-GPU batches within the memory of the type a job runs on (T4 holds less than the A100), GPUs within each
+    type's, round after round, with the Sia artifact's models."""
+    from pollux.cluster_spec import load_cluster
+    from pollux.engine import Scheduler
+    from pollux.sim.run import job_specs
+    from pollux.sim.typed import load_typed_models
+    from pollux.sim.workload import read_workload
+
+    try:
+        models = load_typed_models("sia-sosp23")
+    except DataNotFoundError:
+        pytest.skip("needs the Sia artifact's data (../shared/data or `pollux data fetch`)")
+    cluster = load_cluster("sia-heterogeneous")
+    rows = read_workload("philly/workload-2", applications=models).jobs[:40]
+    config = SimConfig(cluster=cluster)
+    policy = simulated_policy(policy_name, config, models)
+    backend = SimBackend(cluster, job_specs(rows, policy, models, cluster), models, type_aware=policy.gpu_type_aware)
+    scheduler, now, seen_types = Scheduler(policy, backend), 0.0, set()
+    for _ in range(240):
+        backend.advance(now, 60)
+        now += 60
+        scheduler.step(now)
+        used = dict.fromkeys(cluster.gpu_types, 0)
+        for job in backend.active(now):
+            if not job.allocation:
+                continue
+            gpu_type = cluster.allocation_type(job.allocation)
+            assert gpu_type == job.gpu_type
+            used[gpu_type] += job.num_gpus
+            model = job.typed.on(gpu_type)
+            assert model.min_local_bsz <= job.local_bsz <= model.max_local_bsz, (job.spec.name, gpu_type)
+            seen_types.add(gpu_type)
+        assert all(used[t] <= cluster.gpus_of_type(t) for t in cluster.gpu_types)
+    assert len(seen_types) >= 2
