@@ -65,11 +65,11 @@ class Run:
     round_s: float  # median wall time of one policy round
 
 
-def run_one(policy_name: str, workload: str) -> Run:
+def run_one(policy_name: str, workload: str, settings: tuple[tuple[str, float], ...] = ()) -> Run:
     models = load_typed_models("sia-sosp23")
     rows = read_workload(workload, applications=models).jobs
     config = SimConfig(cluster=load_cluster("sia-heterogeneous"))
-    policy = simulated_policy(policy_name, config, models)
+    policy = simulated_policy(policy_name, config, models, **dict(settings))
     rounds: list[float] = []
     optimize = policy.optimize
 
@@ -100,7 +100,9 @@ def main() -> None:
     parser.add_argument("--policy", action="append", default=None)
     parser.add_argument("--workloads", type=int, default=None, help="the first N workloads of each trace")
     parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--p", type=float, default=None, help="power-mean exponent of the Pollux policies")
     args = parser.parse_args()
+    settings = () if args.p is None else (("p", args.p),)
     traces = args.trace or list(TRACES)
     policies = args.policy or list(POLICIES)
     console = Console(width=170)
@@ -110,7 +112,8 @@ def main() -> None:
             count = min(args.workloads or TRACES[trace], TRACES[trace])
             workloads = [f"{trace}/workload-{i}" for i in range(1, count + 1)]
             tasks = [(p, w) for p in policies for w in workloads]
-            runs = dict(zip(tasks, pool.map(run_one, *zip(*tasks, strict=True)), strict=True))
+            outcomes = pool.map(run_one, *zip(*tasks, strict=True), [settings] * len(tasks))
+            runs = dict(zip(tasks, outcomes, strict=True))
             table = Table(title=f"{trace}: {count} workloads on sia-heterogeneous, ours / published (Table 3)")
             for column in ("policy", "avg JCT h", "± h", "p99 h", "makespan h", "GPU-h/job", "contention", "round ms"):
                 table.add_column(column, justify="left" if column == "policy" else "right")
