@@ -27,6 +27,9 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.sim_speed
 	$(BIN)/python -m benchmarks.reference
 	$(BIN)/python -m benchmarks.sched_latency
+	$(BIN)/python -m benchmarks.sched_latency --typed
+	$(BIN)/python -m benchmarks.hetero
+	$(BIN)/python -m benchmarks.fit_profiles_typed
 	$(BIN)/python -m benchmarks.search_quality
 	$(BIN)/python -m benchmarks.agent_overhead
 	$(BIN)/python -m benchmarks.runtime_overhead
