@@ -8,7 +8,7 @@ per-workload means), p99 of the pooled JCTs, makespan per workload averaged, GPU
 `pollux` beside Sia, `pollux-unaware` beside the paper's Pollux, `gavel` beside Gavel+TunedJobs.
 
 Run: .venv/bin/python -m benchmarks.hetero [--trace philly|saturn ...] [--policy NAME ...] [--workloads 8]
-     [--processes 2]
+     [--processes 2] [--setting p=-0.5 ...]
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class Run:
     round_s: float  # median wall time of one policy round
 
 
-def run_one(policy_name: str, workload: str, settings: tuple[tuple[str, float], ...] = ()) -> Run:
+def run_one(policy_name: str, workload: str, settings: tuple[tuple[str, float | bool], ...] = ()) -> Run:
     models = load_typed_models("sia-sosp23")
     rows = read_workload(workload, applications=models).jobs
     config = SimConfig(cluster=load_cluster("sia-heterogeneous"))
@@ -94,15 +94,25 @@ def run_one(policy_name: str, workload: str, settings: tuple[tuple[str, float], 
     )
 
 
+def parse_setting(text: str) -> tuple[str, float | bool]:
+    """`p=-0.5` or `discount_starts=false`: a `PolicySettings` field and its value."""
+    key, _, value = text.partition("=")
+    if value.lower() in ("true", "false"):
+        return key, value.lower() == "true"
+    return key, float(value)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", action="append", default=None, choices=sorted(TRACES))
     parser.add_argument("--policy", action="append", default=None)
     parser.add_argument("--workloads", type=int, default=None, help="the first N workloads of each trace")
     parser.add_argument("--processes", type=int, default=2)
-    parser.add_argument("--p", type=float, default=None, help="power-mean exponent of the Pollux policies")
+    parser.add_argument(
+        "--setting", action="append", default=[], help="a PolicySettings field for the policies that have it: KEY=VALUE"
+    )
     args = parser.parse_args()
-    settings = () if args.p is None else (("p", args.p),)
+    settings = tuple(parse_setting(text) for text in args.setting)
     traces = args.trace or list(TRACES)
     policies = args.policy or list(POLICIES)
     console = Console(width=170)

@@ -114,18 +114,7 @@ def typed_value_tables(
     for j in range(len(jobs)):
         usable = [(w, column[j]) for w, column in zip(weights, per_type, strict=True) if column[j] is not None]
         total = sum(w for w, _ in usable)
-        import os
-        mode = os.environ.get("POLLUX_BASE", "mean")
-        per = [fair_share_base(entry[1], fair) for w, entry in usable if entry]
-        if mode == "max":
-            bases.append(max(per) if per else 1.0)
-        elif mode == "min":
-            bases.append(min(per) if per else 1.0)
-        elif mode == "one":
-            ones = [float(entry[1][0, 1]) for w, entry in usable if entry and entry[1].shape[1] > 1 and entry[1][0, 1] > 0]
-            bases.append(min(ones) * fair if ones else 1.0)
-        else:
-            bases.append(sum(w * fair_share_base(entry[1], fair) for w, entry in usable if entry) / total if total else 1.0)
+        bases.append(sum(w * fair_share_base(entry[1], fair) for w, entry in usable if entry) / total if total else 1.0)
     tables = []
     for piece, column in zip(pieces, per_type, strict=True):
         rows: list[np.ndarray] = []
