@@ -153,8 +153,9 @@ def sub_table(values: ValueTable, jobs: Sequence[int], cluster: Cluster) -> Valu
 def choose_types(
     policy: PolluxPolicy, tables: Sequence[ValueTable], jobs: Sequence[JobView], pieces: Sequence[TypeSlice]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(type index, GPUs) per job by the greedy of the module docstring; ties go to the least-served job listed
-    first, and to the type listed first."""
+    """(type index, GPUs) per job by the count greedy of the one-type search over (job, type), a budget per type;
+    a job's type is settled by its first GPUs. Ties go to the least-served job listed first, and to the type listed
+    first. The program (`counts_by_program`) usually does better: this one is kept where it does not."""
     order = sorted(range(len(jobs)), key=lambda i: (jobs[i].attained_service_gpu_s, jobs[i].submit_time_s))
     rank = {i: r for r, i in enumerate(order)}
     free = [piece.cluster.num_gpus for piece in pieces]
@@ -245,19 +246,51 @@ def counts_by_program(
     one_each = csr_array((np.ones(len(columns)), (job_of, columns)), shape=(num_jobs, len(columns)))
     per_type = csr_array((np.array(count_of, dtype=np.float64), (type_of, columns)), shape=(len(tables), len(columns)))
     capacities = np.array([piece.cluster.num_gpus for piece in pieces], dtype=np.float64)
-    gains = np.array(gain_of)
-    solution = milp(
-        -gains / gains.max(),
-        integrality=np.ones(len(columns)),
-        bounds=Bounds(0, 1),
-        constraints=[LinearConstraint(one_each, 0, 1), LinearConstraint(per_type, 0, capacities)],
-        options={"time_limit": time_limit_s, "mip_rel_gap": 1e-6},
-    )
-    if solution.x is None:
+    gains = np.array(gain_of) / max(gain_of)
+    jobs_of, counts_of, types_of = np.array(job_of), np.array(count_of), np.array(type_of)
+
+    def solve(cols: np.ndarray, room: np.ndarray, integral: bool) -> np.ndarray | None:
+        """x over `cols` maximizing their gains within `room` GPUs per type (one choice per job)."""
+        solution = milp(
+            -gains[cols],
+            integrality=np.full(cols.size, 1 if integral else 0),
+            bounds=Bounds(0, 1),
+            constraints=[
+                LinearConstraint(one_each[:, cols], 0, 1),
+                LinearConstraint(per_type[:, cols], 0, room),
+            ],
+            options={"time_limit": time_limit_s, "mip_rel_gap": 1e-6},
+        )
+        return solution.x
+
+    # The relaxation first: at most a few jobs (about one per capacity row) come out split between choices; the
+    # others take their choice as it is, and a small integer program settles the split ones in the GPUs left.
+    relaxed = solve(columns, capacities, integral=False)
+    if relaxed is None:
         return None
-    for c in np.flatnonzero(solution.x > 0.5).tolist():
+    whole = relaxed > 1 - 1e-7
+    split_jobs = np.setdiff1d(np.unique(jobs_of[relaxed > 1e-7]), jobs_of[whole])
+    chosen = columns[whole]
+    if split_jobs.size:
+        used = np.bincount(types_of[chosen], weights=counts_of[chosen], minlength=len(tables))
+        rest = columns[np.isin(jobs_of, split_jobs)]
+        settled = solve(rest, capacities - used, integral=True)
+        if settled is None:
+            return None
+        chosen = np.concatenate([chosen, rest[settled > 0.5]])
+    for c in chosen.tolist():
         kind[job_of[c]], counts[job_of[c]] = type_of[c], count_of[c]
     return kind, counts
+
+
+def choice_value(tables: Sequence[ValueTable], kind: np.ndarray, counts: np.ndarray) -> float:
+    """What types and counts per job are worth by the value tables: the sum over jobs given GPUs of their gain over
+    holding none (keeping the current allocation where the count is the current one)."""
+    total = 0.0
+    for j in np.flatnonzero((kind >= 0) & (counts > 0)).tolist():
+        values = tables[int(kind[j])]
+        total += values.by_count(j, int(counts[j])) - values.by_count(j, 0)
+    return total
 
 
 def optimize_typed(
@@ -266,8 +299,9 @@ def optimize_typed(
     """Allocations on every type (module docstring) and every job's value, in job order."""
     pieces = type_slices(cluster)
     tables = typed_value_tables(policy, jobs, cluster, pieces, now)
+    greedy = choose_types(policy, tables, jobs, pieces)
     chosen = counts_by_program(tables, pieces)
-    kind, counts = chosen if chosen is not None else choose_types(policy, tables, jobs, pieces)
+    kind, counts = greedy if chosen is None or choice_value(tables, *greedy) > choice_value(tables, *chosen) else chosen
     for j in np.flatnonzero(kind < 0).tolist():  # waiting: where one GPU is worth most
         kind[j] = max(range(len(tables)), key=lambda t: (float(tables[t].natural[j, 1]), -t))
     placed: dict[str, Allocation] = {}

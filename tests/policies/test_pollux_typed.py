@@ -164,3 +164,26 @@ def test_a_jobs_own_restart_delay_replaces_the_policys_in_the_restart_factor():
     assert policy.realloc_factor(job, 1000.0) == (1000.0 - 30.0) / (1000.0 + 30.0)
     slow_restore = replace(job, restart_delay_s=250.0)
     assert policy.realloc_factor(slow_restore, 1000.0) == (1000.0 - 250.0) / (1000.0 + 250.0)
+
+
+def test_the_types_and_counts_keep_each_types_gpus_and_are_worth_at_least_the_greedys():
+    """The program's types and counts stay within every type's GPUs and on types each job may use; the round keeps
+    whichever of the program and the count greedy (which settles a job's type by its first GPU) is worth more, and
+    the program is worth more on some rounds."""
+    from pollux.policies.typed_search import choice_value, choose_types, counts_by_program
+
+    policy = PolluxPolicy()
+    beaten = 0
+    for cluster, jobs in typed_rounds(9, 40):
+        pieces = type_slices(cluster)
+        tables = typed_value_tables(policy, jobs, cluster, pieces, NOW)
+        chosen = counts_by_program(tables, pieces)
+        assert chosen is not None
+        kind, counts = chosen
+        for t, piece in enumerate(pieces):
+            assert counts[kind == t].sum() <= piece.cluster.num_gpus
+        for j in np.flatnonzero(counts > 0).tolist():
+            assert jobs[j].may_run_on(pieces[kind[j]].gpu_type)
+        greedy = choice_value(tables, *choose_types(policy, tables, jobs, pieces))
+        beaten += choice_value(tables, kind, counts) > greedy + 1e-9
+    assert beaten > 0
