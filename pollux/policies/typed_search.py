@@ -46,7 +46,10 @@ class TypeSlice:
     nodes: tuple[int, ...]
 
     def restrict(self, allocation: Allocation) -> Allocation:
-        return tuple(allocation[n] for n in self.nodes)
+        nodes = self.nodes
+        if nodes and nodes[-1] - nodes[0] + 1 == len(nodes):  # one run of nodes: a slice, not a walk per node
+            return allocation[nodes[0] : nodes[-1] + 1]
+        return tuple(allocation[n] for n in nodes)
 
     def expand(self, allocation: Allocation, num_nodes: int) -> Allocation:
         whole = [0] * num_nodes
@@ -133,7 +136,10 @@ def typed_value_tables(
             rows.append(values)
             keep.append(kept)
             current.append(row)
-        allocations = [piece.restrict(job.allocation) for job in jobs]
+        allocations = [
+            piece.restrict(job.allocation) if entry is None else entry[0].allocation
+            for job, entry in zip(jobs, column, strict=True)
+        ]
         tables.append(ValueTable(rows, keep, current, allocations, piece.cluster))
     return tables
 

@@ -187,3 +187,11 @@ def test_the_types_and_counts_keep_each_types_gpus_and_are_worth_at_least_the_gr
         greedy = choice_value(tables, *choose_types(policy, tables, jobs, pieces))
         beaten += choice_value(tables, kind, counts) > greedy + 1e-9
     assert beaten > 0
+
+
+def test_a_types_nodes_are_read_and_written_back_wherever_its_groups_are_listed():
+    cluster = Cluster.of_groups([NodeGroup("slow", 2, 4), NodeGroup("fast", 1, 8), NodeGroup("slow", 1, 2)])
+    allocation = (1, 2, 0, 2)
+    pieces = {piece.gpu_type: piece for piece in type_slices(cluster)}
+    assert pieces["slow"].restrict(allocation) == (1, 2, 2) and pieces["fast"].restrict(allocation) == (0,)
+    assert pieces["slow"].expand((1, 2, 2), cluster.num_nodes) == allocation
