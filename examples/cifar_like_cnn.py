@@ -91,3 +91,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    pa.exit_process()  # no teardown after training: see its docstring

@@ -37,6 +37,7 @@ _EXPORTS = {
     "AdaptiveDataParallel": "pollux.agent.parallel",
     "AgentContext": "pollux.agent.context",
     "current_agent": "pollux.agent.context",
+    "exit_process": "pollux.agent.context",
     "init_process_group": "pollux.agent.context",
     "remaining_epochs_until": "pollux.agent.context",
     "ScalingRule": "pollux.agent.scaling",

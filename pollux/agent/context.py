@@ -16,6 +16,7 @@ import math
 import os
 import signal
 import socket
+import sys
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -544,3 +545,19 @@ class AgentContext:
                 _await_peers_closed(store, self.rank, self.world_size)
             if model is not None:
                 model.release_process_group()  # the group ends now, not in the interpreter's teardown
+
+
+def exit_process(status: int = 0) -> NoReturn:
+    """End a training process once its agent is closed: flush the standard streams and logging, then leave by
+    `os._exit`, skipping the interpreter's final teardown.
+
+    Why: after training has finished and the process group is destroyed, the teardown can still abort the process
+    (`terminate called without an active exception`, exit -6 / 134) while torch's gloo threads are torn down; a
+    launcher then reads a job that completed as a crash. Everything the job writes is written before this (files it
+    opened should be closed or flushed); only the teardown is skipped. Call it last, as a training script's
+    `main(); pa.exit_process()`."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    logging.shutdown()
+    os._exit(status)

@@ -22,8 +22,10 @@ EXAMPLES, EPOCHS, STEPS = 240, 3, 60
 
 
 def run_until(workdir, nprocs, env, stop_at_step):
-    """Start `nprocs` ranks; once rank 0 has finished `stop_at_step` steps, SIGTERM every rank."""
-    procs = start("elastic", ["--workdir", str(workdir), "--step-sleep", "0.03"], nprocs, env, workdir)
+    """Start `nprocs` ranks; once rank 0 has finished `stop_at_step` steps (where every rank waits for the signal),
+    SIGTERM every rank."""
+    args = ["--workdir", str(workdir), "--step-sleep", "0.03", "--hold-at-step", str(stop_at_step)]
+    procs = start("elastic", args, nprocs, env, workdir)
     progress = workdir / "progress.txt"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and all(p.poll() is None for p in procs):

@@ -35,3 +35,22 @@ def test_a_closed_agents_model_is_freed_by_reference_counting_alone(tmp_path) ->
         assert freed() is None
     finally:
         gc.enable()
+
+
+def test_exit_process_leaves_with_the_status_and_everything_printed(tmp_path):
+    """A training script's last call: its status is the process's, and nothing it printed or logged is lost."""
+    import subprocess
+    import sys
+
+    script = (
+        "import logging, sys\n"
+        "import pollux.agent as pa\n"
+        "logging.basicConfig(stream=sys.stderr, level=logging.INFO)\n"
+        "print('trained', end='')\n"
+        "logging.getLogger('job').info('saved')\n"
+        "pa.exit_process(7)\n"
+        "print('never')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 7
+    assert done.stdout == "trained" and "saved" in done.stderr

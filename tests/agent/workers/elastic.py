@@ -41,6 +41,13 @@ def main() -> None:
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--step-sleep", type=float, default=0.0, help="seconds per step, to give SIGTERM a target")
+    parser.add_argument(
+        "--hold-at-step",
+        type=int,
+        default=None,
+        help="after this many steps, wait (at most 120 s) for SIGTERM before the next step: the test's stop then "
+        "lands mid-training however loaded the machine is",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     torch.set_num_threads(1)
@@ -69,6 +76,10 @@ def main() -> None:
             seen.flush()
             if agent.rank == 0:
                 (workdir / "progress.txt").write_text(str(agent.steps))
+            if args.hold_at_step is not None and agent.steps >= args.hold_at_step:
+                deadline = time.monotonic() + 120
+                while not agent.stop_requested_locally and time.monotonic() < deadline:
+                    time.sleep(0.01)
             time.sleep(args.step_sleep)
 
     if agent.rank == 0:
@@ -76,8 +87,10 @@ def main() -> None:
         torch.save({"params": [p.detach() for p in model.parameters()], "momentum": momentum}, workdir / "final.pt")
         info = {"steps": agent.steps, "restarts": agent.restarts, "configs": len(agent.throughput_log)}
         (workdir / "final.json").write_text(json.dumps(info))
+    seen.close()
     agent.close()
 
 
 if __name__ == "__main__":
     main()
+    pa.exit_process()  # no teardown after training: see its docstring
