@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -95,3 +95,19 @@ def run_rounds(
             if gpus and rng.random() < 0.05:
                 del state[job.name]
     return history
+
+
+def rigid_baselines() -> dict[str, Callable[[], Policy]]:
+    """The baselines that keep a job's batch, built with thresholds small enough for short test rounds."""
+    from pollux.policies.fifo import FifoPolicy
+    from pollux.policies.optimus import OptimusPolicy
+    from pollux.policies.tiresias import TiresiasPolicy
+
+    return {
+        "fifo": FifoPolicy,
+        "tiresias": lambda: TiresiasPolicy(queue_thresholds_gpu_s=(300.0, 3000.0), starvation_s=600.0),
+        "tiresias-gittins": lambda: TiresiasPolicy(
+            mode="gittins", gittins_service_samples=[60.0, 600.0, 6000.0], consolidate={"imagenet"}
+        ),
+        "optimus": OptimusPolicy,
+    }

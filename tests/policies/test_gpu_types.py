@@ -5,26 +5,16 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from policy_jobs import random_jobs, run_rounds, view
+from policy_jobs import random_jobs, rigid_baselines, run_rounds, view
 
 from pollux.cluster import Cluster, NodeGroup, validate_allocations
 from pollux.cluster_spec import PRESETS
 from pollux.policies.base import JobView
 from pollux.policies.elastic_dp import ElasticDPPolicy
-from pollux.policies.fifo import FifoPolicy
 from pollux.policies.optimus import OptimusPolicy
 from pollux.policies.placement import place_on_one_type
-from pollux.policies.tiresias import TiresiasPolicy
 
-POLICIES = {
-    "fifo": FifoPolicy,
-    "tiresias": lambda: TiresiasPolicy(queue_thresholds_gpu_s=(300.0, 3000.0), starvation_s=600.0),
-    "tiresias-gittins": lambda: TiresiasPolicy(
-        mode="gittins", gittins_service_samples=[60.0, 600.0, 6000.0], consolidate={"imagenet"}
-    ),
-    "optimus": OptimusPolicy,
-    "elastic-dp": ElasticDPPolicy,
-}
+POLICIES = {**rigid_baselines(), "elastic-dp": ElasticDPPolicy}
 TYPES = ("aws", "rtx", "dgx-ext", "quad")
 
 

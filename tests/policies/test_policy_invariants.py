@@ -4,21 +4,11 @@ import copy
 
 import numpy as np
 import pytest
-from policy_jobs import random_jobs, run_rounds
+from policy_jobs import random_jobs, rigid_baselines, run_rounds
 
 from pollux.cluster import Cluster, validate_allocations
-from pollux.policies.fifo import FifoPolicy
-from pollux.policies.optimus import OptimusPolicy
-from pollux.policies.tiresias import TiresiasPolicy
 
-POLICIES = {
-    "fifo": FifoPolicy,
-    "tiresias": lambda: TiresiasPolicy(queue_thresholds_gpu_s=(300.0, 3000.0), starvation_s=600.0),
-    "tiresias-gittins": lambda: TiresiasPolicy(
-        mode="gittins", gittins_service_samples=[60.0, 600.0, 6000.0], consolidate={"imagenet"}
-    ),
-    "optimus": OptimusPolicy,
-}
+POLICIES = rigid_baselines()
 
 
 def scenarios(seed: int, count: int):
