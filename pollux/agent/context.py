@@ -462,13 +462,16 @@ class AgentContext:
         return path
 
     def checkpoint_and_exit(self) -> NoReturn:
-        """Collective: save, report "stopped", leave the process group and exit with status 143."""
+        """Collective: save, report "stopped", leave the process group and exit with status 143.
+
+        It leaves by `exit_process`, not `SystemExit`: the checkpoint and the report are written, and the
+        interpreter's teardown is where gloo's threads can abort a rank (exit -6) that stopped cleanly."""
         if self.rank == 0:
             LOG.info("stop requested: checkpointing at epoch %d, step %d, then exiting", self.epoch, self.steps)
         self.save_checkpoint()
         self.write_report("stopped")
         self.close()
-        raise SystemExit(EXIT_CODE_STOPPED)
+        exit_process(EXIT_CODE_STOPPED)
 
     # -- reporting --------------------------------------------------------------------------------------------
 
