@@ -40,7 +40,7 @@ from pollux.runtime import joblog
 from pollux.runtime.launcher import EXIT_STOPPED, Launcher, LaunchRequest
 from pollux.runtime.spec import JobSpec
 from pollux.runtime.status import FINAL, JobEvent
-from pollux.runtime.store import JobState, StateStore
+from pollux.runtime.store import JobSample, JobState, RoundRecord, StateStore
 
 LOG = logging.getLogger("pollux.runtime")
 LOG_TAIL_LINES = 20
@@ -91,6 +91,22 @@ def make_runtime_policy(name: str, restart_delay_s: float = 30.0) -> Policy:
         )
     settings = PolicySettings(restart_delay_s=restart_delay_s, discount_starts=False)
     return make_policy(name, settings, {"gittins_service_samples": philly_service_samples})
+
+
+def report_metrics(report: JobReport | None) -> tuple[float | None, float | None]:
+    """(goodput, statistical efficiency) of a job at the batch and GPUs its agent last reported: the goodput of the
+    best configuration on those GPUs (Pollux §3.3, what the agent itself picks) and the efficiency of the batch in
+    use; None until the agent has fitted its model. One computation for `pollux ls`, the API and the dashboard."""
+    if report is None or (fn := report.goodput_function()) is None or report.batch.num_replicas <= 0:
+        return None, None
+    best = fn.optimize(
+        report.batch.num_nodes,
+        report.batch.num_replicas,
+        report.max_batch_size,
+        report.local_bsz_bounds,
+        accumulation=report.gradient_accumulation,
+    )
+    return float(best.goodput), float(fn.efficiency(report.batch.total_batch_size))
 
 
 def job_view(
@@ -293,12 +309,36 @@ class Service:
         """One round of the policy (on the reports `step` just read); `_Backend.apply` carries out its decisions."""
         result = self.scheduler.step(now)
         self.rounds += 1
+        held = {view.name: view.allocation for view in self._last_views}
         if result.decisions:
-            held = {view.name: view.allocation for view in self._last_views}
             changes = "; ".join(_describe(decision, held[decision.job]) for decision in result.decisions)
             LOG.info("round %d: %s", self.rounds, changes)
+        self._record_round(now, result.decisions, held)
         for view in self._last_views:
             self._job(view.name).reason = result.reasons.get(view.name, "")
+
+    def _record_round(self, now: float, decisions: Sequence[Decision], held: dict[str, Allocation]) -> None:
+        """Keep the round for the dashboard's scheduler view: its decisions, and the cluster as it left it."""
+        active = self.store.jobs(include_finished=False)
+        running = [s for s in active if s.status == "running"]
+        self.store.record_round(
+            RoundRecord(
+                at=now,
+                gpus_in_use=sum(sum(s.allocation) for s in running),
+                jobs_running=len(running),
+                jobs_pending=len(active) - len(running),
+                decisions=tuple(
+                    {
+                        "job": d.job,
+                        "kind": d.kind,
+                        "gpus_from": num_gpus(held[d.job]),
+                        "gpus_to": num_gpus(d.allocation),
+                        "allocation": list(d.allocation),
+                    }
+                    for d in decisions
+                ),
+            )
+        )
 
     def watch(self, now: float) -> bool:
         """Settle worker groups that exited; True if any did (the next round should come early)."""
@@ -478,6 +518,12 @@ class Service:
             return
         job.report = report
         self.store.record_report(name, report.to_json_dict(), now)
+        goodput, efficiency = report_metrics(report)
+        batch = report.batch
+        sample = JobSample(
+            now, batch.num_replicas, batch.local_bsz, batch.accum_steps, batch.total_batch_size, goodput, efficiency
+        )
+        self.store.record_sample(name, sample)
 
     def report(self, name: str) -> JobReport | None:
         """The job's last report: in memory, or from the store after a restart."""

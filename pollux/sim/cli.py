@@ -281,11 +281,11 @@ def simulate_command(
     _make_out_dir(out)
     console.print(note, soft_wrap=True)
     results = run_policies(names, inputs, config, processes, console)
-    paths = write_outputs(results, out)
     title = (
         f"{workload if not inputs.offline else 'generated workload'} on {config.cluster.describe()} "
         f"({config.cluster.num_gpus} GPUs)"
     )
+    paths = write_outputs(results, out, title, config.cluster.num_gpus)
     plain_console(width=max(console.width, 120)).print(summary_table(results, title))
     plots = ", ".join(p.name for p in paths if p.suffix == ".png")
-    console.print(f"Wrote {len(paths)} files to {out}/ — plots: {plots}", soft_wrap=True)
+    console.print(f"Wrote {len(paths)} files to {out}/ — plots: {plots}; open {out}/report.html", soft_wrap=True)

@@ -45,6 +45,8 @@ class SimResult:
     timeline: tuple[TimelinePoint, ...]
     summary: dict[str, float]
     wall_s: float
+    # per job, (time_s, GPUs, total batch size) at each round where either changed: the report's per-job timelines
+    job_timelines: Mapping[str, tuple[tuple[float, int, int], ...]] = field(default_factory=dict)
 
 
 def job_specs(
@@ -173,6 +175,7 @@ def simulate(
     scheduler = Scheduler(policy, backend)
     interval_s = policy.round_s or config.interval_s  # a policy with rounds of its own (Gavel) keeps them
     timeline: list[TimelinePoint] = []
+    tracks: dict[str, list[tuple[float, int, int]]] = {}
     now = 0.0
     while not backend.all_done():
         if now > MAX_SIMULATED_S:
@@ -187,6 +190,7 @@ def simulate(
         for job in running:
             by_type[job.gpu_type] += job.num_gpus
         timeline.append(TimelinePoint(now, sum(by_type.values()), len(running), len(active) - len(running), by_type))
+        _track(tracks, active, now)
         if on_round is not None:
             on_round(now, sum(job.done for job in backend.jobs), len(backend.jobs))
     records = _records(backend, timeline, config)
@@ -196,7 +200,17 @@ def simulate(
         tuple(timeline),
         summarize(records, timeline, {t: config.cluster.gpus_of_type(t) for t in config.cluster.gpu_types}),
         time.perf_counter() - started,
+        {name: tuple(points) for name, points in tracks.items()},
     )
+
+
+def _track(tracks: dict[str, list[tuple[float, int, int]]], active: Sequence[SimJob], now: float) -> None:
+    """Add a point to each active job's (time, GPUs, batch) track where its GPUs or batch changed this round."""
+    for job in active:
+        point = (now, job.num_gpus, job.batch_size() if job.allocation else 0)
+        track = tracks.setdefault(job.spec.name, [])
+        if not track or track[-1][1:] != point[1:]:
+            track.append(point)
 
 
 def _records(backend: SimBackend, timeline: Sequence[TimelinePoint], config: SimConfig) -> tuple[JobRecord, ...]:
