@@ -19,6 +19,7 @@ PDEATHSIG); the HTTP API's threads only read the store and queue requests for th
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -93,10 +94,12 @@ def make_runtime_policy(name: str, restart_delay_s: float = 30.0) -> Policy:
     return make_policy(name, settings, {"gittins_service_samples": philly_service_samples})
 
 
+@functools.lru_cache(maxsize=4096)
 def report_metrics(report: JobReport | None) -> tuple[float | None, float | None]:
     """(goodput, statistical efficiency) of a job at the batch and GPUs its agent last reported: the goodput of the
     best configuration on those GPUs (Pollux §3.3, what the agent itself picks) and the efficiency of the batch in
-    use; None until the agent has fitted its model. One computation for `pollux ls`, the API and the dashboard."""
+    use; None until the agent has fitted its model. One computation for `pollux ls`, the API and the dashboard,
+    remembered per report (a report is frozen): every dashboard poll asks again for every job."""
     if report is None or (fn := report.goodput_function()) is None or report.batch.num_replicas <= 0:
         return None, None
     best = fn.optimize(
@@ -201,6 +204,7 @@ class Service:
         self._stopped = threading.Event()
         self._next_round = 0.0  # when the next periodic round is due, on the service's clock (as back-offs are)
         self._last_views: list[JobView] = []  # what the last round showed the policy
+        self._stored_reports: dict[str, JobReport | None] = {}  # reports of jobs this process has not read itself
         self.rounds = 0
 
     # -- API side (any thread) --------------------------------------------------------------------------------
@@ -526,11 +530,14 @@ class Service:
         self.store.record_sample(name, sample)
 
     def report(self, name: str) -> JobReport | None:
-        """The job's last report: in memory, or from the store after a restart."""
+        """The job's last report: in memory, or from the store after a restart (read once: only this process's loop
+        stores reports, and a report it reads takes the place of the stored one)."""
         job = self._jobs.get(name)
         if job is not None and job.report is not None:
             return job.report
-        return self.store.report_of(name)
+        if name not in self._stored_reports:
+            self._stored_reports[name] = self.store.report_of(name)
+        return self._stored_reports[name]
 
     def _log_tail(self, name: str) -> str:
         return joblog.tail(self.config.log_dir(name), LOG_TAIL_LINES)
