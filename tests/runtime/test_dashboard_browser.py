@@ -106,6 +106,8 @@ def test_a_real_example_job_has_its_page_with_goodput_batch_history_and_log(up, 
     browser.wait_for("document.getElementById('job-title').textContent === 'digits'", what="the job page")
     for chart in ("job-goodput", "job-efficiency", "job-batch", "job-gpus"):
         browser.wait_for(f"document.querySelectorAll('#{chart} svg path').length > 0", what=f"the {chart} chart")
+    # the agent reports every 2 s: the page adds each new sample to the goodput chart as it comes
+    browser.wait_for("document.querySelectorAll('#job-goodput svg circle').length >= 3", 60, "three goodput samples")
     browser.wait_for("document.getElementById('job-log').textContent.includes('[rank 0]')", what="the log tail")
     history = browser.evaluate("document.getElementById('job-history').textContent")
     assert "submitted" in history and "running" in history

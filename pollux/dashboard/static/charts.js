@@ -98,6 +98,11 @@ const PolluxCharts = (() => {
       const path = el("path", { d, fill: "none", stroke: color, "stroke-width": 1.8 });
       path.appendChild(el("title", {}, s.name));
       svg.appendChild(path);
+      if (s.points.length <= 60 && !s.step) {  // few measurements: show each, so a lone first one is seen too
+        for (const [x, y] of s.points) {
+          if (y !== null && Number.isFinite(y)) svg.appendChild(el("circle", { cx: px(x), cy: py(y), r: 2.5, fill: color }));
+        }
+      }
     });
     if (shown.length > 1 || options.legend) {
       const legend = document.createElement("div");
@@ -129,7 +134,7 @@ const PolluxCharts = (() => {
   // Seconds relative to now, as people say them: -45s, -12m, -3.5h.
   function ago(seconds) {
     const a = Math.abs(seconds), sign = seconds < 0 ? "−" : "";
-    if (a < 120) return `${sign}${a.toFixed(0)}s`;
+    if (a < 120) return `${sign}${a.toFixed(a < 10 && a % 1 ? 1 : 0)}s`;
     if (a < 7200) return `${sign}${(a / 60).toFixed(0)}m`;
     return `${sign}${(a / 3600).toFixed(1)}h`;
   }

@@ -189,7 +189,10 @@
       return tr;
     });
     $("job-history").replaceChildren(...rows);
-    $("job-log").textContent = detail.log_tail;
+    const log = $("job-log");
+    const following = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;  // at the end: keep following it
+    log.textContent = detail.log_tail;
+    if (following) log.scrollTop = log.scrollHeight;
   }
 
   // -- loop -----------------------------------------------------------------------------------------------------------
