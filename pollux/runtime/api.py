@@ -88,6 +88,7 @@ def job_row(service: Service, state: JobState, now: float) -> dict[str, Any]:
         "name": state.name,
         "status": state.status,
         "gpus": sum(state.allocation),
+        "gpu_type": state.gpu_type if sum(state.allocation) else None,
         "placement": list(placement(tuple(state.allocation))),
         "batch_size": report.batch.total_batch_size if report else None,
         "epoch": report.progress.epoch if report else None,

@@ -125,6 +125,17 @@ def up(
     ] = False,
     ray_address: Annotated[str | None, typer.Option(help="Ray backend: cluster address (e.g. auto).")] = None,
     gpu_resource: Annotated[str, typer.Option(help="Ray backend: the resource that counts as a GPU.")] = "GPU",
+    gpu_type: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Local backend: the GPU type of the slots (NAME), or one virtual node per NAME=SLOTS (CPU slots, "
+            "for tests); default: nvidia-smi's model, else cpu."
+        ),
+    ] = None,
+    gpu_type_resource: Annotated[
+        list[str] | None,
+        typer.Option(help="Ray backend: RESOURCE=TYPE, nodes offering RESOURCE have GPUs of TYPE (repeatable)."),
+    ] = None,
     state_dir: StateDirOption = None,
 ) -> None:
     """Run the scheduler service in the foreground until `pollux down` (or Ctrl-C): jobs checkpoint on the way out."""
@@ -145,7 +156,9 @@ def up(
             backoff_s=backoff,
             checkpoint_interval_s=checkpoint_interval,
         )
-        launcher = _launcher(backend, slots, ray_address, gpu_resource, stop_grace)
+        launcher = _launcher(
+            backend, slots, ray_address, gpu_resource, stop_grace, gpu_type or [], gpu_type_resource or []
+        )
         try:
             service = Service(config, launcher)
             api = ApiServer(service, write_token(directory), host, port)
@@ -178,14 +191,31 @@ def _nodes(cluster: Cluster) -> str:
     return f"{cluster.num_nodes} node(s): {cluster.describe()} slot(s)"
 
 
-def _launcher(backend: BackendName, slots: int | None, ray_address: str | None, resource: str, grace: float) -> Any:
+def _launcher(
+    backend: BackendName,
+    slots: int | None,
+    ray_address: str | None,
+    resource: str,
+    grace: float,
+    gpu_types: list[str],
+    type_resources: list[str],
+) -> Any:
+    from pollux.runtime.gpu_types import parse_slot_types, parse_type_resources
+
     if backend is BackendName.ray:
         from pollux.runtime.ray_launcher import RayLauncher
 
-        return RayLauncher(ray_address, gpu_resource=resource, stop_grace_s=grace)
+        if gpu_types:
+            raise ServiceError(
+                "--gpu-type is for the local backend; on Ray, nodes say their type (or use --gpu-type-resource)"
+            )
+        mapping = parse_type_resources(type_resources)
+        return RayLauncher(ray_address, gpu_resource=resource, stop_grace_s=grace, gpu_type_resources=mapping)
     from pollux.runtime.local import LocalLauncher
 
-    return LocalLauncher(slots, stop_grace_s=grace)
+    if type_resources:
+        raise ServiceError("--gpu-type-resource is for the Ray backend; locally, use --gpu-type")
+    return LocalLauncher(slots, stop_grace_s=grace, gpu_types=parse_slot_types(gpu_types, slots))
 
 
 def _log_to(path: Path) -> None:
@@ -273,13 +303,26 @@ def ls(
             console.print(f"last error:\n{detail['last_error']}", soft_wrap=True)
         return
     table = Table()
-    for column in ("job", "status", "GPUs", "placement", "batch", "epoch", "goodput", "restarts", "age", "note"):
+    for column in (
+        "job",
+        "status",
+        "GPUs",
+        "type",
+        "placement",
+        "batch",
+        "epoch",
+        "goodput",
+        "restarts",
+        "age",
+        "note",
+    ):
         table.add_column(column, justify="left" if column in ("job", "status", "note") else "right")
     for row in answer:
         table.add_row(
             row["name"],
             row["status"],
             str(row["gpus"]),
+            row.get("gpu_type") or "-",
             "x".join(map(str, row["placement"])) or "-",
             "-" if row["batch_size"] is None else str(row["batch_size"]),
             "-" if row["epoch"] is None else str(row["epoch"]),

@@ -19,6 +19,7 @@ PDEATHSIG); the HTTP API's threads only read the store and queue requests for th
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -29,16 +30,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pollux.agent.checkpoint import NAME as CHECKPOINT_FILE
-from pollux.agent.report import JobReport, read_report
+from pollux.agent.report import JobReport, params_json, read_report
 from pollux.cluster import Allocation, Cluster, free_gpus, num_gpus
 from pollux.data.philly import philly_service_samples
 from pollux.engine import Decision, Scheduler
 from pollux.errors import LaunchError, ReportError, SpecError, UnknownJobError
 from pollux.policies.base import JobView, Policy, exploration_bound
 from pollux.policies.registry import PolicySettings, make_policy, policy_class
+from pollux.policies.typed_search import model_on
 from pollux.runtime import joblog
 from pollux.runtime.launcher import EXIT_STOPPED, Launcher, LaunchRequest
-from pollux.runtime.spec import JobSpec
+from pollux.runtime.spec import JobSpec, check_gpu_types
 from pollux.runtime.status import FINAL, JobEvent
 from pollux.runtime.store import JobState, StateStore
 
@@ -107,6 +109,7 @@ def job_view(
     else:
         bound = max(init_bsz // bounds[0], 1)
     max_gpus = max(min(bound, spec.max_gpus, cluster.num_gpus), spec.min_gpus, 1)
+    by_type = report.throughput_params_by_type if report else {}
     return JobView(
         name=spec.name,
         application=spec.name,
@@ -121,9 +124,30 @@ def job_view(
         local_bsz_bounds=bounds,
         batch_size=None if spec.adaptive else init_bsz,
         min_gpus=spec.min_gpus,
-        throughput_params=report.throughput_params if report else None,
+        throughput_params=report.throughput_params if report else None,  # of the type it runs (or ran) on
         grad_stats=report.grad_stats if report else None,
+        gpu_types=spec.gpu_types,
+        throughput_params_by_type=dict(by_type),
+        local_bsz_bounds_by_type={
+            **spec.local_bsz_bounds_by_type,
+            **(report.local_bsz_bounds_by_type if report else {}),
+        },
+        run_time_by_type_s=dict(report.run_time_by_type_s) if report else {},
+        single_gpu_throughput_by_type=dict(spec.single_gpu_throughput),
     )
+
+
+def launch_env(view: JobView, gpu_type: str) -> dict[str, str]:
+    """What the agent learns about the GPUs it is launched on (`pollux.agent.context`): their type; the policy's
+    bootstrap estimate of its model there where it has not run there yet (`model_on`: scaled by the 1-GPU
+    throughput ratio); and that type's per-GPU batch bounds where they differ (memory)."""
+    env = {"POLLUX_GPU_TYPE": gpu_type}
+    if gpu_type not in view.throughput_params_by_type and (model := model_on(view, gpu_type)) is not None:
+        env["POLLUX_THROUGHPUT_BOOTSTRAP"] = json.dumps(params_json(model))
+    if gpu_type in view.local_bsz_bounds_by_type:
+        low, high = view.local_bsz_bounds_by_type[gpu_type]
+        env["POLLUX_LOCAL_BSZ_BOUNDS"] = f"{low},{high}"
+    return env
 
 
 def _interval_env(job_s: float | None, config: ServiceConfig) -> str:
@@ -189,15 +213,22 @@ class Service:
 
     # -- API side (any thread) --------------------------------------------------------------------------------
     def submit(self, spec: JobSpec) -> JobState:
-        """Record a new job; the next round (started now) considers it."""
-        if spec.min_gpus > self.launcher.cluster.num_gpus:
+        """Record a new job; the next round (started now) considers it. A job the cluster can never run (more GPUs
+        than it has, GPU types it lacks) is refused here, naming what the cluster has."""
+        capacity = self.capacity()
+        if spec.min_gpus > capacity.num_gpus:
             raise SpecError(
-                f"job {spec.name!r}: field 'min_gpus' {spec.min_gpus} exceeds the {self.launcher.cluster.num_gpus} "
+                f"job {spec.name!r}: field 'min_gpus' {spec.min_gpus} exceeds the {capacity.num_gpus} "
                 "GPUs of this cluster; lower min_gpus"
             )
+        check_gpu_types(spec, capacity.gpu_types, {t: capacity.gpus_of_type(t) for t in capacity.gpu_types})
         state = self.store.add_job(spec, self.clock())
         self._wake()
         return state
+
+    def capacity(self) -> Cluster:
+        """The most the cluster can offer: its nodes now (an auto-scaled one: as many as it may grow to)."""
+        return self.launcher.cluster
 
     def cancel(self, name: str) -> JobState:
         """Stop a job for good (its workers checkpoint first). The request is stored before this returns, so a
@@ -409,6 +440,9 @@ class Service:
         state = self.store.job(name)
         spec = JobSpec.from_json_dict(state.spec)
         checkpoint_dir = self.config.checkpoint_dir(spec)
+        cluster = self.launcher.cluster
+        gpu_type = cluster.allocation_type(allocation) or cluster.gpu_types[0]
+        view = job_view(spec, state, self.report(name), cluster, 0.0)
         request = LaunchRequest(
             job=name,
             command=spec.command,
@@ -420,6 +454,7 @@ class Service:
                 "POLLUX_CHECKPOINT_DIR": str(checkpoint_dir),
                 "POLLUX_REPORT_PATH": str(self.config.report_path(name)),
                 "POLLUX_CHECKPOINT_INTERVAL_S": _interval_env(spec.checkpoint_interval_s, self.config),
+                **launch_env(view, gpu_type),
             },
             lock_path=self.config.job_dir(name) / "group.lock",
         )
@@ -435,7 +470,7 @@ class Service:
                 self.store.record_exit(name, JobEvent.LAUNCH_REFUSED, now, "could not launch", error=str(error))
             return
         _crash_point("after-launch")
-        self.store.record_launch(name, allocation, workers, now, restart=launched_before)
+        self.store.record_launch(name, allocation, workers, now, restart=launched_before, gpu_type=gpu_type)
 
     def _handle_cancels(self, now: float) -> bool:
         """Carry out stored cancel requests: stop the job if it runs (it checkpoints), then mark it cancelled."""
