@@ -134,7 +134,7 @@ class ApiServer:
             return HTTPStatus.NOT_FOUND, {"error": f"no route {path}; routes start with /v1/"}
         route = parts[1:]
         if method == "GET" and route == ["health"]:
-            cluster = service.launcher.cluster
+            cluster = service.capacity()
             return HTTPStatus.OK, {
                 "ok": True,
                 "pid": os.getpid(),

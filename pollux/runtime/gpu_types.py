@@ -15,7 +15,7 @@ from pollux.errors import SpecError
 CPU_SLOT_TYPE = "cpu"  # the type of a CPU slot where no `--gpu-type` names one
 UNKNOWN_GPU_TYPE = "gpu"  # a GPU whose type the machine does not tell
 _VENDOR_WORDS = {"nvidia", "tesla", "geforce", "amd", "intel"}
-_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+TYPE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
 
 def type_from_device_name(device: str) -> str:
@@ -25,7 +25,7 @@ def type_from_device_name(device: str) -> str:
     if not words:
         return UNKNOWN_GPU_TYPE
     name = words[0].split("-")[0]
-    return name if _NAME.match(name) else UNKNOWN_GPU_TYPE
+    return name if TYPE_NAME.match(name) else UNKNOWN_GPU_TYPE
 
 
 def parse_slot_types(values: list[str], slots: int | None) -> list[tuple[str, int | None]]:
@@ -34,7 +34,7 @@ def parse_slot_types(values: list[str], slots: int | None) -> list[tuple[str, in
     nodes: list[tuple[str, int | None]] = []
     for value in values:
         name, _, count = value.partition("=")
-        if not _NAME.match(name):
+        if not TYPE_NAME.match(name):
             raise SpecError(f"--gpu-type {value!r}: expected NAME or NAME=SLOTS, a name like a100 (lowercase)")
         if count and (not count.isdigit() or int(count) < 1):
             raise SpecError(f"--gpu-type {value!r}: SLOTS must be a whole number >= 1, e.g. {name}=2")
@@ -51,7 +51,7 @@ def parse_type_resources(values: list[str]) -> dict[str, str]:
     mapping = {}
     for value in values:
         resource, _, name = value.partition("=")
-        if not resource or not _NAME.match(name):
+        if not resource or not TYPE_NAME.match(name):
             raise SpecError(f"--gpu-type-resource {value!r}: expected RESOURCE=TYPE, e.g. pollux_a100=a100")
         mapping[resource] = name
     return mapping

@@ -26,8 +26,9 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from pollux.agent.checkpoint import NAME as CHECKPOINT_FILE
 from pollux.agent.report import JobReport, params_json, read_report
@@ -40,9 +41,14 @@ from pollux.policies.registry import PolicySettings, make_policy, policy_class
 from pollux.policies.typed_search import model_on
 from pollux.runtime import joblog
 from pollux.runtime.launcher import EXIT_STOPPED, Launcher, LaunchRequest
+from pollux.runtime.sizing import wanted_nodes
 from pollux.runtime.spec import JobSpec, check_gpu_types
 from pollux.runtime.status import FINAL, JobEvent
 from pollux.runtime.store import JobState, StateStore
+
+if TYPE_CHECKING:
+    from pollux.runtime.autoscale import RayAutoscaler
+    from pollux.runtime.ray_launcher import RayLauncher
 
 LOG = logging.getLogger("pollux.runtime")
 LOG_TAIL_LINES = 20
@@ -195,9 +201,16 @@ def _crash_point(point: str) -> None:
 class Service:
     """Runs the scheduling loop over a launcher; the API calls the public methods from any thread."""
 
-    def __init__(self, config: ServiceConfig, launcher: Launcher, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        config: ServiceConfig,
+        launcher: Launcher,
+        clock: Callable[[], float] = time.time,
+        autoscaler: RayAutoscaler | None = None,
+    ) -> None:
         self.config = config
         self.launcher = launcher
+        self.autoscaler = autoscaler  # with one, the launcher is a RayLauncher whose pool follows the requests
         self.clock = clock
         self.policy = make_runtime_policy(config.policy, config.restart_delay_s)  # a bad name fails before any file
         config.state_dir.mkdir(parents=True, exist_ok=True)
@@ -228,7 +241,7 @@ class Service:
 
     def capacity(self) -> Cluster:
         """The most the cluster can offer: its nodes now (an auto-scaled one: as many as it may grow to)."""
-        return self.launcher.cluster
+        return self.autoscaler.largest if self.autoscaler is not None else self.launcher.cluster
 
     def cancel(self, name: str) -> JobState:
         """Stop a job for good (its workers checkpoint first). The request is stored before this returns, so a
@@ -321,7 +334,10 @@ class Service:
             LOG.info("recovered: %d recorded worker(s), %d still alive and stopped", len(stray), alive)
 
     def schedule(self, now: float) -> None:
-        """One round of the policy (on the reports `step` just read); `_Backend.apply` carries out its decisions."""
+        """One round of the policy (on the reports `step` just read); `_Backend.apply` carries out its decisions.
+        With an autoscaler, the cluster is sized first (`autoscale`), and a round without any node waits."""
+        if self.autoscaler is not None and not self.autoscale(now):
+            return
         result = self.scheduler.step(now)
         self.rounds += 1
         if result.decisions:
@@ -330,6 +346,57 @@ class Service:
             LOG.info("round %d: %s", self.rounds, changes)
         for view in self._last_views:
             self._job(view.name).reason = result.reasons.get(view.name, "")
+
+    def autoscale(self, now: float) -> bool:
+        """Cloud auto-scaling (`pollux.runtime.autoscale`): ask Ray for the nodes per type the policy wants on the
+        largest allowed cluster, and make the pool the alive nodes up to that many per type. A job on a node that
+        left the pool (released by this sizing, or lost) checkpoints and waits to be placed again. Whether any node
+        is in the pool to schedule on."""
+        autoscaler = self.autoscaler
+        assert autoscaler is not None
+        views = self._views_on(autoscaler.largest, now)
+        wanted = wanted_nodes(self.policy, views, autoscaler.largest, now, autoscaler.minimum)
+        autoscaler.request(wanted)
+        launcher = cast("RayLauncher", self.launcher)
+        remap = launcher.refresh(keep=wanted)
+        if remap is not None:
+            LOG.info("pool: %s", launcher.cluster.describe() if launcher.has_nodes else "no GPU nodes")
+            self._renumber(remap)
+        if not launcher.has_nodes:
+            for view in views:
+                self._job(view.name).reason = "waiting for Ray's autoscaler to start nodes"
+        return launcher.has_nodes
+
+    def _views_on(self, cluster: Cluster, now: float) -> list[JobView]:
+        """The active jobs as the sizing sees them: on `cluster`, holding nothing yet (a fresh look)."""
+        views = []
+        for state in self.store.jobs(include_finished=False):
+            if state.cancel_requested or (state.status == "pending" and now < self._job(state.name).not_before):
+                continue
+            spec = JobSpec.from_json_dict(state.spec)
+            free = replace(state, allocation=())
+            views.append(
+                job_view(spec, free, self.report(state.name), cluster, self.store.attained_service(state.name, now))
+            )
+        return views
+
+    def _renumber(self, remap: dict[int, int]) -> None:
+        """The pool changed: running jobs get their allocations in the new node order; one whose node is gone is
+        stopped (it checkpoints; on a lost node it was killed with it) and waits to be placed again."""
+        running = [s for s in self.store.jobs(include_finished=False) if s.status == "running" and s.allocation]
+        gone = [s.name for s in running if any(g and n not in remap for n, g in enumerate(s.allocation))]
+        codes = self._stop(gone) if gone else {}
+        for name, code in codes.items():
+            self._settle(name, code, self.clock(), stop_reason="its node left the pool; resumes from its checkpoint")
+        nodes = len(cast("RayLauncher", self.launcher).node_ids)
+        for state in running:
+            if state.name in codes:
+                continue
+            allocation = [0] * nodes
+            for n, gpus in enumerate(state.allocation):
+                if gpus:
+                    allocation[remap[n]] = gpus
+            self.store.set_allocation(state.name, tuple(allocation))
 
     def watch(self, now: float) -> bool:
         """Settle worker groups that exited; True if any did (the next round should come early)."""
@@ -547,7 +614,11 @@ class _Backend:
                 continue
             spec = JobSpec.from_json_dict(state.spec)
             service_gpu_s = service.store.attained_service(state.name, now)
-            views.append(job_view(spec, state, service.report(state.name), self.cluster, service_gpu_s))
+            view = job_view(spec, state, service.report(state.name), self.cluster, service_gpu_s)
+            if not any(view.may_run_on(t) for t in self.cluster.gpu_types):  # its types have no node (yet)
+                job.reason = f"waiting for a node of type {' or '.join(spec.gpu_types or ())}"
+                continue
+            views.append(view)
         service._last_views = views
         return views
 

@@ -187,6 +187,11 @@ class StateStore:
             detail = {"allocation": list(allocation), "restart": restart, "gpu_type": gpu_type}
             self._event(db, now, name, "allocation", detail)
 
+    def set_allocation(self, name: str, allocation: tuple[int, ...]) -> None:
+        """A running job's allocation renumbered (the node pool changed under it; the same GPUs, so no event)."""
+        with self.transaction() as db:
+            db.execute("UPDATE jobs SET allocation = ? WHERE name = ?", (json.dumps(list(allocation)), name))
+
     def record_exit(
         self,
         name: str,
