@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import io
+import json
 import logging
 import math
 import os
@@ -23,6 +24,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -50,6 +52,13 @@ CHECKPOINT_INTERVAL_ENV = "POLLUX_CHECKPOINT_INTERVAL_S"
 AUTO_CHECKPOINT_MIN_S = 30.0
 AUTO_CHECKPOINT_COST_FACTOR = 100.0
 EXIT_CODE_STOPPED = 143  # 128 + SIGTERM, what a launcher expects from a worker it asked to stop
+# What the scheduler tells a job about the GPUs it runs on (docs/agent-report-schema.md, version 2): their type, the
+# model to start from on a type the job has not run on yet (the policy's bootstrap estimate), and the per-GPU batch
+# bounds of that type where its memory differs.
+GPU_TYPE_ENV = "POLLUX_GPU_TYPE"
+BOOTSTRAP_ENV = "POLLUX_THROUGHPUT_BOOTSTRAP"
+BOUNDS_ENV = "POLLUX_LOCAL_BSZ_BOUNDS"
+UNTYPED = "default"  # the key of what a job learns where nobody told it a GPU type (run without a scheduler)
 
 _CURRENT: contextvars.ContextVar[AgentContext | None] = contextvars.ContextVar("pollux_agent", default=None)
 
@@ -184,8 +193,16 @@ class AgentContext:
         self.rank, self.world_size, self.local_rank, self.num_nodes = rank, world_size, local_rank, num_nodes
         self.checkpoint_dir, self.report_path, self.job_name = checkpoint_dir, report_path, job_name
         self.tracker = StepTracker()
-        self.throughput_log = ThroughputLog()
-        self.throughput_params: ThroughputParams | None = None  # last fit (rank 0 only)
+        # What it learns per GPU type (a job moved to another type keeps the others' and starts that one's anew)
+        self.gpu_type: str | None = os.environ.get(GPU_TYPE_ENV) or None
+        self.throughput_logs: dict[str, ThroughputLog] = {}
+        self.params_by_type: dict[str, ThroughputParams] = {}  # last fit per type (rank 0 only)
+        self.run_time_by_type_s: dict[str, float] = {}  # seconds trained on each type, before this incarnation
+        self.bounds_by_type: dict[str, tuple[int, int]] = {}  # per-GPU batch bounds it ran with on each type
+        self._type_since = time.monotonic()
+        bootstrap = os.environ.get(BOOTSTRAP_ENV)
+        if bootstrap:
+            self.params_by_type[self.type_key] = _params_from_env(bootstrap)
         self.epoch = 0
         self.steps = 0  # optimizer steps over the whole job, across restarts
         self.examples = 0  # examples trained over the whole job
@@ -215,6 +232,46 @@ class AgentContext:
     @property
     def distributed(self) -> bool:
         return self.world_size > 1
+
+    @property
+    def type_key(self) -> str:
+        """The GPU type this incarnation runs on, as its samples and fits are keyed."""
+        return self.gpu_type or UNTYPED
+
+    @property
+    def throughput_log(self) -> ThroughputLog:
+        """The step times measured on this GPU type."""
+        return self.throughput_logs.setdefault(self.type_key, ThroughputLog())
+
+    @property
+    def throughput_params(self) -> ThroughputParams | None:
+        """The throughput model of this GPU type: fitted here, else the scheduler's bootstrap, else None."""
+        return self.params_by_type.get(self.type_key)
+
+    @throughput_params.setter
+    def throughput_params(self, params: ThroughputParams | None) -> None:
+        if params is None:
+            self.params_by_type.pop(self.type_key, None)
+        else:
+            self.params_by_type[self.type_key] = params
+
+    def run_time_by_type(self) -> dict[str, float]:
+        """Seconds trained on each GPU type, this incarnation included."""
+        times = dict(self.run_time_by_type_s)
+        times[self.type_key] = times.get(self.type_key, 0.0) + time.monotonic() - self._type_since
+        return times
+
+    def type_bounds(self, bounds: tuple[int, int]) -> tuple[int, int]:
+        """The per-GPU batch bounds on this GPU type: the scheduler's for it where it sends them (memory), else the
+        script's."""
+        told = os.environ.get(BOUNDS_ENV)
+        if not told:
+            return bounds
+        try:
+            low, high = (int(v) for v in told.split(","))
+        except ValueError:
+            raise AgentError(f"{BOUNDS_ENV}={told!r}: expected MIN,MAX per-GPU batch bounds, e.g. 8,128") from None
+        return low, high
 
     # -- components and restore ------------------------------------------------------------------------------
 
@@ -248,7 +305,7 @@ class AgentContext:
             state = payload["agent"]
             self.epoch, self.steps, self.examples = int(state["epoch"]), int(state["steps"]), int(state["examples"])
             self.m0_steps, self.restarts = float(state["m0_steps"]), int(state["restarts"]) + 1
-            self.throughput_log.load_state_dict(state["throughput_log"])
+            self._restore_typed(state)
             self._restored = payload["components"]
             self._rng_pending = payload["rng"]
             self.restored_from, self.restored_saved_at_s = loaded.path, float(payload.get("saved_at_s", 0.0))
@@ -264,6 +321,18 @@ class AgentContext:
                 )
         if self.distributed:
             dist.barrier()  # nobody writes a new checkpoint while another rank still reads
+
+    def _restore_typed(self, state: dict[str, Any]) -> None:
+        """What the job learnt per GPU type; a checkpoint written before types holds one log, from a one-type
+        cluster: it is taken as this type's."""
+        logs = state.get("throughput_logs") or {self.type_key: state["throughput_log"]}
+        for key, log_state in logs.items():
+            self.throughput_logs.setdefault(key, ThroughputLog()).load_state_dict(log_state)
+        for key, values in (state.get("params_by_type") or {}).items():  # a fit wins over a bootstrap
+            self.params_by_type[key] = ThroughputParams.from_array(np.array(values, dtype=float))
+        self.run_time_by_type_s = {k: float(v) for k, v in (state.get("run_time_by_type_s") or {}).items()}
+        self.bounds_by_type = {k: (int(b[0]), int(b[1])) for k, b in (state.get("bounds_by_type") or {}).items()}
+        self._type_since = time.monotonic()
 
     def restore_rng_once(self) -> None:
         """Restore random generators when training resumes (not at init: building the model draws from them)."""
@@ -443,6 +512,10 @@ class AgentContext:
                         "m0_steps": self.m0_steps,
                         "restarts": self.restarts,
                         "throughput_log": self.throughput_log.state_dict(),
+                        "throughput_logs": {k: log.state_dict() for k, log in self.throughput_logs.items()},
+                        "params_by_type": {k: p.to_array().tolist() for k, p in self.params_by_type.items()},
+                        "run_time_by_type_s": self.run_time_by_type(),
+                        "bounds_by_type": {k: list(b) for k, b in self._bounds_by_type_now().items()},
                     },
                     "components": components,
                     "rng": gathered,
@@ -468,6 +541,8 @@ class AgentContext:
         interpreter's teardown is where gloo's threads can abort a rank (exit -6) that stopped cleanly."""
         if self.rank == 0:
             LOG.info("stop requested: checkpointing at epoch %d, step %d, then exiting", self.epoch, self.steps)
+        if self.rank == 0:  # the checkpoint and the report carry the model of this type as measured to the end
+            self.refit_throughput(0.0)
         self.save_checkpoint()
         self.write_report("stopped")
         self.close()
@@ -507,11 +582,24 @@ class AgentContext:
                 examples=self.examples,
                 m0_steps=self.m0_steps,
             ),
-            max_replicas_seen=max(self.throughput_log.max_replicas, k),
-            throughput_configs=len(self.throughput_log),
+            max_replicas_seen=max(max((log.max_replicas for log in self.throughput_logs.values()), default=0), k),
+            throughput_configs=sum(len(log) for log in self.throughput_logs.values()),
             restarts=self.restarts,
             checkpoint=CheckpointInfo(self.saved_at_s, self.last_save_s, self.checkpoint_interval_s),
+            gpu_type=self.gpu_type,
+            throughput_params_by_type=dict(self.params_by_type),
+            local_bsz_bounds_by_type=self._bounds_by_type_now(),
+            run_time_by_type_s=self.run_time_by_type(),
+            throughput_samples_by_type={k: log.report_samples() for k, log in self.throughput_logs.items() if len(log)},
         )
+
+    def _bounds_by_type_now(self) -> dict[str, tuple[int, int]]:
+        """The per-GPU batch bounds used on each type, this one's from the loader's limits."""
+        bounds = dict(self.bounds_by_type)
+        loader = self.loader
+        if loader is not None and loader.limits is not None:
+            bounds[self.type_key] = loader.limits.local_bsz_bounds
+        return bounds
 
     def write_report(self, status: str) -> None:
         """Rank 0 rewrites the report file atomically (if a report path is set)."""
@@ -548,6 +636,17 @@ class AgentContext:
                 _await_peers_closed(store, self.rank, self.world_size)
             if model is not None:
                 model.release_process_group()  # the group ends now, not in the interpreter's teardown
+
+
+def _params_from_env(text: str) -> ThroughputParams:
+    """The bootstrap model the scheduler sends (`BOOTSTRAP_ENV`): JSON of the report's `throughput_params`."""
+    try:
+        values = json.loads(text)
+        return ThroughputParams(**{k: float(v) for k, v in values.items()})
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise AgentError(
+            f"{BOOTSTRAP_ENV}: not a throughput model ({exc}); unset it or send the report's format"
+        ) from exc
 
 
 def exit_process(status: int = 0) -> NoReturn:

@@ -88,9 +88,8 @@ class AdaptiveDataLoader:
                 f"{refit_interval_s}"
             )
         try:
-            self.limits = BatchLimits(
-                self.batch_size, max_batch_size, local_bsz_bounds or (1, max_batch_size), gradient_accumulation
-            )
+            bounds = self._agent.type_bounds(local_bsz_bounds or (1, max_batch_size))
+            self.limits = BatchLimits(self.batch_size, max_batch_size, bounds, gradient_accumulation)
         except ValueError as exc:
             raise AgentError(f"autoscale_batch_size: {exc}") from exc
         self.adapt_interval_steps = adapt_interval_steps

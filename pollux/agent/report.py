@@ -2,9 +2,9 @@
 
 The agent's rank 0 rewrites one small JSON file atomically (write-then-rename) every few steps and at every
 checkpoint; the scheduler reads it with `read_report` and rebuilds the job's `GoodputFunction` from it. The schema
-is documented field by field in docs/agent-report-schema.md; in short (version 1, seconds and examples throughout):
+is documented field by field in docs/agent-report-schema.md; in short (version 2, seconds and examples throughout):
 
-    {"schema": "pollux.agent.report", "version": 1, "status": "running" | "stopped" | "finished",
+    {"schema": "pollux.agent.report", "version": 2, "status": "running" | "stopped" | "finished",
      "job_name": str | null, "started_at_s": unix s, "written_at_s": unix s,
      "init_batch_size": M0, "max_batch_size": int, "local_bsz_bounds": [min, max],
      "gradient_accumulation": bool, "adaptive_batch_size": bool,
@@ -15,8 +15,12 @@ is documented field by field in docs/agent-report-schema.md; in short (version 1
      "progress": {"epoch": int, "epoch_examples": int, "epoch_size": int, "steps": int, "examples": int,
                   "m0_steps": float},
      "max_replicas_seen": int, "throughput_configs": int, "restarts": int,
-     "checkpoint": {"saved_at_s": unix s | null, "save_s": s | null, "interval_s": s}}   (optional: added later)
+     "checkpoint": {"saved_at_s": unix s | null, "save_s": s | null, "interval_s": s},   (optional: added later)
+     "gpu_type": str | null, "throughput_params_by_type": {type: params}, "local_bsz_bounds_by_type": {type: [min,
+     max]}, "run_time_by_type_s": {type: s}, "throughput_samples_by_type": {type: [sample, ...]}}   (version 2)
 
+Version 2 keys what the job learns by GPU type: `throughput_params` is the model of the type it runs on now
+(`gpu_type`), no longer one model pooled over every type. A version-1 report still reads, as a job of no known type.
 Readers accept unknown extra fields (a later minor addition) but refuse a higher `version` (a breaking change).
 """
 
@@ -25,9 +29,10 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pollux.agent.atomic import write_atomic
 from pollux.errors import ReportError
@@ -35,8 +40,9 @@ from pollux.goodput import GoodputFunction, GradientStats, ThroughputParams
 from pollux.goodput.throughput import PARAM_NAMES
 
 SCHEMA_NAME = "pollux.agent.report"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 STATUSES = ("running", "stopped", "finished")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,18 @@ class CheckpointInfo:
 
 
 @dataclass(frozen=True)
+class ThroughputSample:
+    """One configuration the job ran on one GPU type, with its median step times (what the throughput fit saw)."""
+
+    num_nodes: int
+    num_replicas: int
+    local_bsz: int
+    accum_steps: int
+    compute_s: float
+    step_s: float
+
+
+@dataclass(frozen=True)
 class JobReport:
     """One job's goodput parameters, as written by the agent and read by the scheduler."""
 
@@ -97,6 +115,12 @@ class JobReport:
     throughput_configs: int
     restarts: int
     checkpoint: CheckpointInfo | None = None  # absent from reports written before periodic checkpoints
+    # Version 2: per GPU type (a version-1 report has none of these; its one model is `throughput_params`).
+    gpu_type: str | None = None  # the type it runs on now (or last ran on); None: not told (no scheduler)
+    throughput_params_by_type: Mapping[str, ThroughputParams] = field(default_factory=dict)
+    local_bsz_bounds_by_type: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    run_time_by_type_s: Mapping[str, float] = field(default_factory=dict)
+    throughput_samples_by_type: Mapping[str, tuple[ThroughputSample, ...]] = field(default_factory=dict)
 
     def goodput_function(self) -> GoodputFunction | None:
         """The job's goodput model, or None until the agent has fitted throughput and measured the gradient."""
@@ -118,9 +142,7 @@ class JobReport:
             "local_bsz_bounds": list(self.local_bsz_bounds),
             "gradient_accumulation": self.gradient_accumulation,
             "adaptive_batch_size": self.adaptive_batch_size,
-            "throughput_params": None
-            if params is None
-            else dict(zip(PARAM_NAMES, params.to_array().tolist(), strict=True)),
+            "throughput_params": None if params is None else params_json(params),
             "grad_stats": None if self.grad_stats is None else {"sqr": self.grad_stats.sqr, "var": self.grad_stats.var},
             "batch": {
                 "num_nodes": self.batch.num_nodes,
@@ -147,6 +169,13 @@ class JobReport:
                 "save_s": self.checkpoint.save_s,
                 "interval_s": self.checkpoint.interval_s,
             },
+            "gpu_type": self.gpu_type,
+            "throughput_params_by_type": {t: params_json(p) for t, p in self.throughput_params_by_type.items()},
+            "local_bsz_bounds_by_type": {t: list(b) for t, b in self.local_bsz_bounds_by_type.items()},
+            "run_time_by_type_s": dict(self.run_time_by_type_s),
+            "throughput_samples_by_type": {
+                t: [dict(vars(sample)) for sample in samples] for t, samples in self.throughput_samples_by_type.items()
+            },
         }
 
     @classmethod
@@ -168,11 +197,7 @@ class JobReport:
         if job_name is not None and not isinstance(job_name, str):
             raise ReportError(f"{source}: field 'job_name' must be a string or null, got {job_name!r}")
         init_batch_size = fields.integer("init_batch_size", minimum=1)
-        bounds = fields.raw("local_bsz_bounds")
-        if not (isinstance(bounds, list) and len(bounds) == 2 and all(_is_int(b) for b in bounds)):
-            raise ReportError(f"{source}: field 'local_bsz_bounds' must be [min, max] integers, got {bounds!r}")
-        if not 1 <= bounds[0] <= bounds[1]:
-            raise ReportError(f"{source}: field 'local_bsz_bounds' needs 1 <= min <= max, got {bounds!r}")
+        bounds = fields.as_bounds("local_bsz_bounds")
         batch = fields.nested("batch")
         progress = fields.nested("progress")
         num_nodes = batch.integer("num_nodes", minimum=1)
@@ -183,7 +208,7 @@ class JobReport:
             written_at_s=fields.number("written_at_s"),
             init_batch_size=init_batch_size,
             max_batch_size=fields.integer("max_batch_size", minimum=init_batch_size),
-            local_bsz_bounds=(int(bounds[0]), int(bounds[1])),
+            local_bsz_bounds=bounds,
             gradient_accumulation=fields.boolean("gradient_accumulation"),
             adaptive_batch_size=fields.boolean("adaptive_batch_size"),
             throughput_params=fields.throughput_params(),
@@ -206,7 +231,17 @@ class JobReport:
             throughput_configs=fields.integer("throughput_configs", minimum=0),
             restarts=fields.integer("restarts", minimum=0),
             checkpoint=fields.checkpoint(),
+            gpu_type=fields.optional_name("gpu_type"),
+            throughput_params_by_type=fields.by_type("throughput_params_by_type", _Fields.as_params),
+            local_bsz_bounds_by_type=fields.by_type("local_bsz_bounds_by_type", _Fields.as_bounds),
+            run_time_by_type_s=fields.by_type("run_time_by_type_s", _Fields.as_seconds),
+            throughput_samples_by_type=fields.by_type("throughput_samples_by_type", _Fields.as_samples),
         )
+
+
+def params_json(params: ThroughputParams) -> dict[str, float]:
+    """A throughput model as the report (and the scheduler's bootstrap for the agent) writes it."""
+    return dict(zip(PARAM_NAMES, params.to_array().tolist(), strict=True))
 
 
 def write_report(path: str | os.PathLike[str], report: JobReport) -> Path:
@@ -288,12 +323,58 @@ class _Fields:
     def throughput_params(self) -> ThroughputParams | None:
         if self.raw("throughput_params") is None:
             return None
-        sub = self.nested("throughput_params")
+        return self.as_params("throughput_params")
+
+    def as_params(self, key: str) -> ThroughputParams:
+        sub = self.nested(key)
         values = [sub.number(name, minimum=0.0) for name in PARAM_NAMES]
         try:
             return ThroughputParams(*values)
         except ValueError as exc:
-            raise self._fail("throughput_params", "valid ThroughputParams", str(exc)) from exc
+            raise self._fail(key, "valid ThroughputParams", str(exc)) from exc
+
+    def as_bounds(self, key: str) -> tuple[int, int]:
+        bounds = self.raw(key)
+        if not (isinstance(bounds, list) and len(bounds) == 2 and all(_is_int(b) for b in bounds)):
+            raise self._fail(key, "[min, max] integers", bounds)
+        if not 1 <= bounds[0] <= bounds[1]:
+            raise self._fail(key, "[min, max] with 1 <= min <= max", bounds)
+        return int(bounds[0]), int(bounds[1])
+
+    def as_seconds(self, key: str) -> float:
+        return self.number(key, minimum=0.0)
+
+    def as_samples(self, key: str) -> tuple[ThroughputSample, ...]:
+        rows = self.raw(key)
+        if not isinstance(rows, list):
+            raise self._fail(key, "a list of samples", rows)
+        samples = []
+        for i, row in enumerate(rows):
+            sub = _Fields(row, self._source, f"{self._prefix}{key}[{i}].")
+            samples.append(
+                ThroughputSample(
+                    num_nodes=sub.integer("num_nodes", minimum=1),
+                    num_replicas=sub.integer("num_replicas", minimum=1),
+                    local_bsz=sub.integer("local_bsz", minimum=1),
+                    accum_steps=sub.integer("accum_steps", minimum=0),
+                    compute_s=sub.number("compute_s", minimum=0.0),
+                    step_s=sub.number("step_s", minimum=0.0),
+                )
+            )
+        return tuple(samples)
+
+    def optional_name(self, key: str) -> str | None:
+        value = self._data.get(key)
+        if value is not None and not (isinstance(value, str) and value):
+            raise self._fail(key, "a GPU type name or null", value)
+        return value
+
+    def by_type(self, key: str, read: Callable[[_Fields, str], T]) -> dict[str, T]:
+        """A version-2 table {GPU type: value}; absent (a version-1 report) reads as empty."""
+        if self._data.get(key) is None:
+            return {}
+        sub = self.nested(key)
+        return {gpu_type: read(sub, gpu_type) for gpu_type in sub._data}
 
     def grad_stats(self) -> GradientStats | None:
         if self.raw("grad_stats") is None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from pollux.agent.report import ThroughputSample
 from pollux.goodput import ThroughputSamples
 
 Config = tuple[int, int, int, int]  # (num_nodes, num_replicas, local_bsz, accum_steps)
@@ -61,6 +62,24 @@ class ThroughputLog:
             accum_steps=cols[:, 3],
             compute_time=medians[:, 0],
             step_time=medians[:, 1],
+        )
+
+    def report_samples(self) -> tuple[ThroughputSample, ...]:
+        """One sample per configuration with its median times, as the job report lists them."""
+        found = self.samples()
+        if found is None:
+            return ()
+        columns = (
+            found.num_nodes,
+            found.num_replicas,
+            found.local_bsz,
+            found.accum_steps,
+            found.compute_time,
+            found.step_time,
+        )
+        return tuple(
+            ThroughputSample(int(n), int(k), int(m), int(s), float(c), float(t))
+            for n, k, m, s, c, t in zip(*columns, strict=True)
         )
 
     def state_dict(self) -> dict[str, Any]:

@@ -109,6 +109,7 @@ def job_row(service: Service, state: JobState, now: float) -> dict[str, Any]:
         "name": state.name,
         "status": state.status,
         "gpus": sum(state.allocation),
+        "gpu_type": state.gpu_type if sum(state.allocation) else None,
         "placement": list(placement(tuple(state.allocation))),
         "allocation": list(state.allocation),
         "batch_size": report.batch.total_batch_size if report else None,
@@ -178,7 +179,7 @@ class ApiServer:
             return HTTPStatus.NOT_FOUND, {"error": f"no route {path}; routes start with /v1/"}
         route = parts[1:]
         if method == "GET" and route == ["health"]:
-            cluster = service.launcher.cluster
+            cluster = service.capacity()
             return HTTPStatus.OK, {
                 "ok": True,
                 "pid": os.getpid(),

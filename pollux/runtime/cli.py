@@ -125,6 +125,27 @@ def up(
     ] = False,
     ray_address: Annotated[str | None, typer.Option(help="Ray backend: cluster address (e.g. auto).")] = None,
     gpu_resource: Annotated[str, typer.Option(help="Ray backend: the resource that counts as a GPU.")] = "GPU",
+    gpu_type: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Local backend: the GPU type of the slots (NAME), or one virtual node per NAME=SLOTS (CPU slots, "
+            "for tests); default: nvidia-smi's model, else cpu."
+        ),
+    ] = None,
+    gpu_type_resource: Annotated[
+        list[str] | None,
+        typer.Option(help="Ray backend: RESOURCE=TYPE, nodes offering RESOURCE have GPUs of TYPE (repeatable)."),
+    ] = None,
+    autoscale: Annotated[
+        bool,
+        typer.Option(
+            help="Ray backend: size the cluster each round and ask Ray's autoscaler for the nodes (--node-type)."
+        ),
+    ] = False,
+    node_type: Annotated[
+        list[str] | None,
+        typer.Option(help="With --autoscale: TYPE:GPUS_PER_NODE:MIN:MAX, a node type Ray's autoscaler may start."),
+    ] = None,
     state_dir: StateDirOption = None,
 ) -> None:
     """Run the scheduler service in the foreground until `pollux down` (or Ctrl-C): jobs checkpoint on the way out."""
@@ -132,6 +153,7 @@ def up(
     from pollux.runtime.service import Service, ServiceConfig
 
     _check_bind(host, allow_remote)
+    node_types = _node_types(backend, autoscale, node_type or [])  # bad input fails before anything starts
     directory = state_dir_of(state_dir)
     with exclusive(directory):
         _log_to(directory / "scheduler.log")
@@ -145,17 +167,28 @@ def up(
             backoff_s=backoff,
             checkpoint_interval_s=checkpoint_interval,
         )
-        launcher = _launcher(backend, slots, ray_address, gpu_resource, stop_grace)
+        launcher = _launcher(
+            backend, slots, ray_address, gpu_resource, stop_grace, gpu_type or [], gpu_type_resource or [], autoscale
+        )
+        autoscaler = None
         try:
-            service = Service(config, launcher)
+            if node_types:
+                from pollux.runtime.autoscale import RayAutoscaler
+                from pollux.runtime.gpu_types import parse_type_resources
+
+                mapping = parse_type_resources(gpu_type_resource or [])
+                autoscaler = RayAutoscaler(node_types, gpu_resource, mapping)
+                autoscaler.check_available()
+            service = Service(config, launcher, autoscaler=autoscaler)
             api = ApiServer(service, write_token(directory), host, port)
         except BaseException:
             launcher.shutdown()
             raise
         api.start()
-        cluster = launcher.cluster
+        cluster = service.capacity()
+        scaling = " up to" if autoscaler is not None else ""
         plain_console(stderr=True).print(
-            f"Pollux scheduler at {api.url}: policy {policy}, {backend.value} backend, {_nodes(cluster)}; "
+            f"Pollux scheduler at {api.url}: policy {policy}, {backend.value} backend,{scaling} {_nodes(cluster)}; "
             f"state in {directory}",
             soft_wrap=True,
         )
@@ -170,6 +203,9 @@ def up(
         finally:
             api.close()
             (directory / "endpoint.json").unlink(missing_ok=True)
+            if autoscaler is not None:
+                with contextlib.suppress(Exception):  # Ray may be gone already: its nodes are gone with it
+                    autoscaler.release_all()
             launcher.shutdown()
 
 
@@ -181,14 +217,47 @@ def _nodes(cluster: Cluster) -> str:
     return f"{cluster.num_nodes} node(s): {cluster.describe()} slot(s)"
 
 
-def _launcher(backend: BackendName, slots: int | None, ray_address: str | None, resource: str, grace: float) -> Any:
+def _launcher(
+    backend: BackendName,
+    slots: int | None,
+    ray_address: str | None,
+    resource: str,
+    grace: float,
+    gpu_types: list[str],
+    type_resources: list[str],
+    autoscale: bool = False,
+) -> Any:
+    from pollux.runtime.gpu_types import parse_slot_types, parse_type_resources
+
     if backend is BackendName.ray:
         from pollux.runtime.ray_launcher import RayLauncher
 
-        return RayLauncher(ray_address, gpu_resource=resource, stop_grace_s=grace)
+        if gpu_types:
+            raise ServiceError(
+                "--gpu-type is for the local backend; on Ray, nodes say their type (or use --gpu-type-resource)"
+            )
+        mapping = parse_type_resources(type_resources)
+        return RayLauncher(
+            ray_address, gpu_resource=resource, stop_grace_s=grace, gpu_type_resources=mapping, allow_empty=autoscale
+        )
     from pollux.runtime.local import LocalLauncher
 
-    return LocalLauncher(slots, stop_grace_s=grace)
+    if type_resources:
+        raise ServiceError("--gpu-type-resource is for the Ray backend; locally, use --gpu-type")
+    return LocalLauncher(slots, stop_grace_s=grace, gpu_types=parse_slot_types(gpu_types, slots))
+
+
+def _node_types(backend: BackendName, autoscale: bool, values: list[str]) -> list[Any]:
+    """The autoscaler's node types (`pollux.runtime.autoscale`), checked before anything starts; [] without it."""
+    if not autoscale:
+        if values:
+            raise ServiceError("--node-type is for --autoscale; add --autoscale or drop --node-type")
+        return []
+    if backend is not BackendName.ray:
+        raise ServiceError("--autoscale needs the Ray backend (--backend ray): Ray's autoscaler starts the nodes")
+    from pollux.runtime.autoscale import parse_node_types
+
+    return parse_node_types(values)
 
 
 def _log_to(path: Path) -> None:
@@ -276,13 +345,26 @@ def ls(
             console.print(f"last error:\n{detail['last_error']}", soft_wrap=True)
         return
     table = Table()
-    for column in ("job", "status", "GPUs", "placement", "batch", "epoch", "goodput", "restarts", "age", "note"):
+    for column in (
+        "job",
+        "status",
+        "GPUs",
+        "type",
+        "placement",
+        "batch",
+        "epoch",
+        "goodput",
+        "restarts",
+        "age",
+        "note",
+    ):
         table.add_column(column, justify="left" if column in ("job", "status", "note") else "right")
     for row in answer:
         table.add_row(
             row["name"],
             row["status"],
             str(row["gpus"]),
+            row.get("gpu_type") or "-",
             "x".join(map(str, row["placement"])) or "-",
             "-" if row["batch_size"] is None else str(row["batch_size"]),
             "-" if row["epoch"] is None else str(row["epoch"]),

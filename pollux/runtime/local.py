@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pollux.cluster import Cluster
+from pollux.cluster import Cluster, NodeGroup, num_nodes_used
 from pollux.errors import LaunchError, SpecError, UnknownJobError
+from pollux.runtime.gpu_types import CPU_SLOT_TYPE, UNKNOWN_GPU_TYPE, type_from_device_name
 from pollux.runtime.joblog import open_rank_log
 from pollux.runtime.launcher import LaunchRequest, WorkerInfo
 from pollux.runtime.processes import (
@@ -51,24 +52,35 @@ _CRASH_KILL_WAIT_S = 2.0  # how long one `poll` waits for the siblings of a cras
 
 
 def detect_gpus() -> list[str]:
-    """This machine's GPUs as `CUDA_VISIBLE_DEVICES` entries: `nvidia-smi`'s indices, narrowed to an existing
-    `CUDA_VISIBLE_DEVICES` list. Asking `nvidia-smi` (not torch) keeps the scheduler free of torch and CUDA."""
+    """This machine's GPUs as `CUDA_VISIBLE_DEVICES` entries (`detect_gpu_devices` without their types)."""
+    return [device for device, _ in detect_gpu_devices()]
+
+
+def detect_gpu_devices() -> list[tuple[str, str]]:
+    """This machine's GPUs as (`CUDA_VISIBLE_DEVICES` entry, GPU type): `nvidia-smi`'s indices and names, narrowed
+    to an existing `CUDA_VISIBLE_DEVICES` list. Asking `nvidia-smi` (not torch) keeps the scheduler free of torch
+    and CUDA."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return []
     try:
         out = subprocess.run(
-            [smi, "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True, timeout=30, check=True
+            [smi, "--query-gpu=index,name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return []  # a driver that is not loaded: no usable GPUs
-    indices = [line.strip() for line in out.splitlines() if line.strip()]
+    rows = [line.split(",", 1) for line in out.splitlines() if line.strip()]
+    types = {row[0].strip(): type_from_device_name(row[1]) if len(row) > 1 else UNKNOWN_GPU_TYPE for row in rows}
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
-        return indices
+        return list(types.items())
     # entries may also be GPU UUIDs ("GPU-…"), which nvidia-smi's index query does not list: keep them as given
     entries = [e.strip() for e in visible.split(",") if e.strip()]
-    return [e for e in entries if not e.isdigit() or e in indices]
+    return [(e, types.get(e, UNKNOWN_GPU_TYPE)) for e in entries if not e.isdigit() or e in types]
 
 
 def _free_port() -> int:
@@ -126,27 +138,48 @@ class _Group:
 class LocalLauncher:
     """Starts worker groups as processes on this machine; one node whose slots are its GPUs or CPU cores.
 
-    With GPUs, each worker sees exactly one (`CUDA_VISIBLE_DEVICES`); without, `slots` CPU slots (default: the
-    number of cores) and every worker sees no GPU. Thread-safe: the service's loop and its HTTP handlers may call
-    it at once (but see the module docstring on which thread should `launch`).
+    With GPUs, each worker sees exactly one (`CUDA_VISIBLE_DEVICES`), and the node's GPU type is `nvidia-smi`'s
+    (or `gpu_types[0]`'s name); without, `slots` CPU slots (default: the number of cores) of type "cpu", and every
+    worker sees no GPU. `gpu_types` as (name, slots) pairs makes CPU slots one virtual node per pair, of that
+    type: a mixed cluster on one machine, for tests and demos of GPU types. Thread-safe: the service's loop and
+    its HTTP handlers may call it at once (but see the module docstring on which thread should `launch`).
     """
 
-    def __init__(self, slots: int | None = None, *, stop_grace_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        slots: int | None = None,
+        *,
+        stop_grace_s: float = 30.0,
+        gpu_types: Sequence[tuple[str, int | None]] = (),
+    ) -> None:
         if slots is not None and slots < 1:
             raise SpecError(f"local launcher slots must be >= 1, got {slots}")
-        gpus = detect_gpus()
+        gpus = detect_gpu_devices()
         if gpus:
             if slots is not None and slots > len(gpus):
                 raise SpecError(
-                    f"local launcher slots={slots} but this machine shows {len(gpus)} GPUs ({','.join(gpus)}): "
-                    f"use at most {len(gpus)}"
+                    f"local launcher slots={slots} but this machine shows {len(gpus)} GPUs "
+                    f"({','.join(d for d, _ in gpus)}): use at most {len(gpus)}"
                 )
-            self._devices = gpus[: slots or len(gpus)]
+            gpus = gpus[: slots or len(gpus)]
+            if gpu_types:  # the user names the type (one for all: the machine's GPUs are one node)
+                gpus = [(device, gpu_types[0][0]) for device, _ in gpus]
+            if len({t for _, t in gpus}) > 1:
+                raise SpecError(
+                    f"this machine's GPUs are of several types ({', '.join(sorted({t for _, t in gpus}))}); the local "
+                    "backend runs one: pick its GPUs with CUDA_VISIBLE_DEVICES (or use the Ray backend)"
+                )
+            self._devices = [device for device, _ in gpus]
             self._slot_kind: SlotKind = "gpu"
+            groups = [NodeGroup(gpus[0][1], 1, len(gpus))]
         else:
-            self._devices = [""] * (slots or os.cpu_count() or 1)
+            # CPU slots: one node of `slots` (default: the cores), or one virtual node per `--gpu-type NAME=SLOTS`
+            named = list(gpu_types) or [(CPU_SLOT_TYPE, None)]
+            groups = [NodeGroup(name, 1, count or slots or os.cpu_count() or 1) for name, count in named]
+            self._devices = [""] * sum(g.gpus_per_node for g in groups)
             self._slot_kind = "cpu"
-        self._cluster = Cluster(num_nodes=1, gpus_per_node=len(self._devices))
+        self._cluster = Cluster.of_groups(groups)
+        self._slot_node = [node for node, size in enumerate(self._cluster.node_gpus) for _ in range(size)]
         self._stop_grace_s = stop_grace_s
         self._host = socket.gethostname()
         self._groups: dict[str, _Group] = {}
@@ -192,19 +225,27 @@ class LocalLauncher:
         old = self._groups.get(request.job)
         if old is not None:
             self._drop(request.job)  # exited: `_check_launchable` refuses a running one
-        slots = [s for s in range(len(self._devices)) if not self._slot_taken(s)][:n]
+        alloc = request.allocation
+        slots = [
+            slot
+            for node, wanted in enumerate(alloc)
+            for slot in [
+                s for s in range(len(self._devices)) if self._slot_node[s] == node and not self._slot_taken(s)
+            ][:wanted]
+        ]
         group = _Group(procs=[], workers=[], slots=slots, exit=GroupExit.of(0))
         port = _free_port()
         for rank, slot in enumerate(slots):
+            node = self._slot_node[slot]
             env = worker_env(
                 request.env,
                 rank=rank,
-                local_rank=rank,
+                local_rank=sum(1 for s in slots[:rank] if self._slot_node[s] == node),
                 world_size=n,
-                local_world_size=n,
+                local_world_size=alloc[node],
                 master_addr="127.0.0.1",
                 master_port=port,
-                num_nodes=1,
+                num_nodes=num_nodes_used(alloc),
                 cuda_visible_devices=self._devices[slot],
             )
             try:
@@ -271,7 +312,8 @@ class LocalLauncher:
         group.procs.append(proc)
         group.exit.codes.append(None)
         ticks = process_start_ticks(proc.pid) or 0
-        group.workers.append(WorkerInfo(rank=rank, node=0, pid=proc.pid, host=self._host, start_ticks=ticks))
+        node = self._slot_node[group.slots[rank]]
+        group.workers.append(WorkerInfo(rank=rank, node=node, pid=proc.pid, host=self._host, start_ticks=ticks))
 
     def poll(self, job: str) -> int | None:
         """None while any worker runs; then the group's exit code. A crashed worker gets its siblings killed at
@@ -330,21 +372,27 @@ class LocalLauncher:
 
     def _check_allocation(self, request: LaunchRequest, exclude: str) -> int:
         """The number of workers the allocation asks for; the slots of `exclude`'s exited group count as free.
-        More slots than the node has is permanent; more than are free now is transient (other jobs hold them)."""
+        More slots than a node has is permanent; more than are free now is transient (other jobs hold them)."""
         alloc = request.allocation
-        if len(alloc) != 1:
+        nodes = self._cluster.num_nodes
+        if len(alloc) != nodes:
             raise LaunchError(
-                f"job {request.job}: allocation {alloc} names {len(alloc)} nodes; the local backend has one node"
+                f"job {request.job}: allocation {alloc} names {len(alloc)} nodes; the local backend has {nodes}"
             )
-        n, total = alloc[0], len(self._devices)
-        free = total - sum(len(g.slots) for job, g in self._groups.items() if job != exclude)
-        if not 1 <= n <= free:
-            raise LaunchError(
-                f"job {request.job}: allocation {alloc} asks for {n} {self._slot_kind.upper()} slots; "
-                f"{free} of {total} are free (need 1 to {free})",
-                transient=1 <= n <= total,
-            )
-        return n
+        if any(g < 0 for g in alloc) or sum(alloc) < 1:
+            raise LaunchError(f"job {request.job}: allocation {alloc} asks for {sum(alloc)} slots; give 1 or more")
+        taken = [s for job, g in self._groups.items() if job != exclude for s in g.slots]
+        for node, n in enumerate(alloc):
+            total = self._cluster.node_gpus[node]
+            free = total - sum(1 for s in taken if self._slot_node[s] == node)
+            if n > free:
+                where = f" on node {node}" if nodes > 1 else ""
+                raise LaunchError(
+                    f"job {request.job}: allocation {alloc} asks for {n} {self._slot_kind.upper()} slots{where}; "
+                    f"{free} of {total} are free (need 1 to {free})",
+                    transient=n <= total,
+                )
+        return sum(alloc)
 
     def _collect(self, group: _Group) -> bool:
         """Record the codes of workers that exited since the last look; True if the first crash is among them."""

@@ -19,6 +19,13 @@ Assumptions and guarantees:
   (`LaunchRequest.lock_path` is the local launcher's device; this one does not use it.)
 * An actor that dies under a running worker (its node was lost, it was killed) counts as a crash with code 137
   (`EXIT_LOST`, "killed"), so the scheduler retries the job from its last checkpoint.
+* Each node's GPU type comes from Ray: a resource named in `gpu_type_resources` (`--gpu-type-resource
+  RESOURCE=TYPE`), else the node's `ray.io/accelerator-type` label, else its `accelerator_type:<NAME>` resource (Ray
+  sets both on nodes with GPUs it recognises), in the short names of `pollux.runtime.gpu_types`; else "gpu". The
+  pool is one node group per (type, GPUs per node), nodes of a group in node-id order.
+* The pool may change (cloud auto-scaling: `refresh`): nodes that joined are added, nodes that left or that the
+  scheduler releases are dropped, and `refresh` tells the old index of each node kept, so that the service can
+  renumber what runs and stop (checkpoint) what ran on a node no longer in the pool.
 * GPUs may be Ray's own `GPU` resource (the actor takes `num_gpus=1`, Ray sets `CUDA_VISIBLE_DEVICES`) or a custom
   resource such as `pollux_gpu`, declared with `ray start --resources='{"pollux_gpu": 4}'`, so that a CPU-only
   cluster can be scheduled as if it had GPUs (each worker then sees no GPU: `CUDA_VISIBLE_DEVICES=""`).
@@ -41,8 +48,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pollux.cluster import Cluster, num_nodes_used
+from pollux.cluster import Cluster, NodeGroup, num_nodes_used
 from pollux.errors import LaunchError, UnknownJobError
+from pollux.runtime.gpu_types import UNKNOWN_GPU_TYPE, type_from_device_name
 from pollux.runtime.joblog import open_rank_log
 from pollux.runtime.launcher import LaunchRequest, WorkerInfo
 from pollux.runtime.processes import (
@@ -63,11 +71,68 @@ LOG = logging.getLogger(__name__)
 
 EXIT_LOST = 137  # a worker whose actor died (node lost, actor killed): reported as if SIGKILLed
 NODE_ID_LABEL = "ray.io/node-id"  # the label Ray gives every node, its hex node id
+ACCELERATOR_LABEL = "ray.io/accelerator-type"  # the label Ray gives a node whose GPU model it recognises
+ACCELERATOR_RESOURCE_PREFIX = "accelerator_type:"  # Ray's resource naming a node's GPU model (1 per node)
 GROUP_PREFIX = "pollux-"  # a job's placement group is GROUP_PREFIX + job; its actors GROUP_PREFIX + job-rank
 _ACTOR_CALL_TIMEOUT_S = 120.0  # starting a worker actor means starting a Python process on a possibly busy node
 _POLL_TIMEOUT_S = 30.0  # an actor that does not answer a poll this long is taken as still running
 _KILL_WAIT_S = 2.0  # how long an actor waits for its SIGKILLed worker to be collected
 _REMOVAL_POLL_S = 0.2  # how often a launch looks whether a previous driver's group of the job is gone
+
+
+@dataclass(frozen=True)
+class RayNode:
+    """One Ray node of the pool: its id, address, GPUs and their type."""
+
+    node_id: str
+    ip: str
+    gpus: int
+    gpu_type: str
+
+
+def node_gpu_type(node: Mapping[str, Any], gpu_type_resources: Mapping[str, str]) -> str:
+    """A node's GPU type from what Ray says about it (`ray.nodes()` entry): module docstring, first rule first."""
+    resources: Mapping[str, float] = node.get("Resources", {})
+    for resource, gpu_type in gpu_type_resources.items():
+        if resources.get(resource, 0) > 0:
+            return gpu_type
+    label = (node.get("Labels") or {}).get(ACCELERATOR_LABEL)
+    if label:
+        return type_from_device_name(label)
+    named = sorted(
+        r.removeprefix(ACCELERATOR_RESOURCE_PREFIX) for r in resources if r.startswith(ACCELERATOR_RESOURCE_PREFIX)
+    )
+    return type_from_device_name(named[0]) if named else UNKNOWN_GPU_TYPE
+
+
+def pool_nodes(
+    nodes: Sequence[Mapping[str, Any]], gpu_resource: str, gpu_type_resources: Mapping[str, str]
+) -> list[RayNode]:
+    """The alive nodes offering `gpu_resource`, in pool order: by type (in the order of their names), GPUs per
+    node, then node id, so that each node group of the pool's `Cluster` is contiguous."""
+    found = [
+        RayNode(
+            n["NodeID"],
+            n["NodeManagerAddress"],
+            int(n["Resources"][gpu_resource]),
+            node_gpu_type(n, gpu_type_resources),
+        )
+        for n in nodes
+        if n["Alive"] and n["Resources"].get(gpu_resource, 0) >= 1
+    ]
+    return sorted(found, key=lambda n: (n.gpu_type, n.gpus, n.node_id))
+
+
+def pool_cluster(nodes: Sequence[RayNode]) -> Cluster:
+    """The pool as the policy sees it: one node group per run of nodes of one type and size."""
+    groups: list[NodeGroup] = []
+    for node in nodes:
+        last = groups[-1] if groups else None
+        if last is not None and (last.gpu_type, last.gpus_per_node) == (node.gpu_type, node.gpus):
+            groups[-1] = NodeGroup(last.gpu_type, last.num_nodes + 1, last.gpus_per_node)
+        else:
+            groups.append(NodeGroup(node.gpu_type, 1, node.gpus))
+    return Cluster.of_groups(groups)
 
 
 @dataclass(frozen=True)
@@ -174,9 +239,10 @@ class _Group:
 class RayLauncher:
     """Starts worker groups on the nodes of a Ray cluster that offer `gpu_resource`; see the module docstring.
 
-    The pool is fixed when the launcher starts: the alive nodes offering the resource, ordered by node id, each
-    counted with the smallest GPU count among them (the policy assumes a homogeneous cluster). Thread-safe: the
-    service's loop and its HTTP handlers may call it at once.
+    The pool is the alive nodes offering the resource when the launcher starts (`pool_nodes`), each with its own
+    GPU count and type; `refresh` takes in nodes that joined or left since (`allow_empty`: the pool may start
+    empty, for a cluster whose autoscaler starts every GPU node). Thread-safe: the service's loop and its HTTP
+    handlers may call it at once.
     """
 
     def __init__(
@@ -187,6 +253,8 @@ class RayLauncher:
         stop_grace_s: float = 30.0,
         namespace: str = "pollux",
         placement_timeout_s: float = 60.0,
+        gpu_type_resources: Mapping[str, str] | None = None,
+        allow_empty: bool = False,
     ) -> None:
         import ray
 
@@ -194,30 +262,18 @@ class RayLauncher:
         if self._owns_ray:
             ray.init(address=address, namespace=namespace, log_to_driver=False)
         self._gpu_resource = gpu_resource
+        self._gpu_type_resources = dict(gpu_type_resources or {})
         self._stop_grace_s = stop_grace_s
         self._placement_timeout_s = placement_timeout_s
-        nodes = sorted(
-            (n for n in ray.nodes() if n["Alive"] and n["Resources"].get(gpu_resource, 0) >= 1),
-            key=lambda n: n["NodeID"],
-        )
-        if not nodes:
+        self._nodes = pool_nodes(ray.nodes(), gpu_resource, self._gpu_type_resources)
+        if not self._nodes and not allow_empty:
             if self._owns_ray:
                 ray.shutdown()
             raise LaunchError(
                 f"no alive node of the Ray cluster offers the resource {gpu_resource!r}: start the nodes with it, "
                 f"e.g. ray start --resources='{{\"{gpu_resource}\": 4}}' (or pick gpu_resource to match the cluster)"
             )
-        self._node_ids = [n["NodeID"] for n in nodes]
-        self._node_ips = [n["NodeManagerAddress"] for n in nodes]
-        self._node_gpus = [int(n["Resources"][gpu_resource]) for n in nodes]
-        if len(set(self._node_gpus)) > 1:
-            LOG.warning(
-                "Ray nodes offer different numbers of %s (%s): using %d per node",
-                gpu_resource,
-                self._node_gpus,
-                min(self._node_gpus),
-            )
-        self._cluster = Cluster(num_nodes=len(nodes), gpus_per_node=min(self._node_gpus))
+        self._cluster: Cluster | None = pool_cluster(self._nodes) if self._nodes else None
         self._host = ray.util.get_node_ip_address()
         self._groups: dict[str, _Group] = {}
         self._launching: set[str] = set()  # jobs whose launch waits on Ray outside the lock
@@ -226,13 +282,58 @@ class RayLauncher:
 
     @property
     def cluster(self) -> Cluster:
-        """The pool as the policy sees it: the Ray nodes offering the GPU resource × GPUs per node."""
+        """The pool as the policy sees it: the Ray nodes offering the GPU resource, grouped by type and size.
+        Only for a pool with nodes: see `has_nodes`."""
+        if self._cluster is None:
+            raise LaunchError("the Ray cluster has no node offering the GPU resource yet", transient=True)
         return self._cluster
+
+    @property
+    def has_nodes(self) -> bool:
+        """Whether the pool holds any node (an autoscaled cluster may have none)."""
+        return self._cluster is not None
 
     @property
     def node_ids(self) -> list[str]:
         """The Ray node id of each pool node, in pool order (node i of an allocation is `node_ids[i]`)."""
-        return list(self._node_ids)
+        return [n.node_id for n in self._nodes]
+
+    @property
+    def nodes(self) -> list[RayNode]:
+        return list(self._nodes)
+
+    def alive_nodes(self) -> list[RayNode]:
+        """Every alive node of the Ray cluster offering the GPU resource now, in pool order."""
+        import ray
+
+        return pool_nodes(ray.nodes(), self._gpu_resource, self._gpu_type_resources)
+
+    def refresh(self, keep: Mapping[str, int] | None = None) -> dict[int, int] | None:
+        """Make the pool the alive nodes, at most `keep[type]` of each type named there (the ones hosting worker
+        groups first, then by node id: the others are left idle for Ray's autoscaler to release). Returns None when
+        the pool did not change, else the new index of each old pool node still in it; a node missing from the
+        map is gone (dead, or released): whatever ran there must be stopped."""
+        with self._lock:
+            busy = {self._nodes[w.node].node_id for g in self._groups.values() for w in g.workers if w.node >= 0}
+            alive = self.alive_nodes()
+            if keep is not None:
+                chosen: list[RayNode] = []
+                for gpu_type in dict.fromkeys(n.gpu_type for n in alive):
+                    of_type = [n for n in alive if n.gpu_type == gpu_type]
+                    of_type.sort(key=lambda n: (n.node_id not in busy, n.node_id))
+                    chosen.extend(of_type[: keep.get(gpu_type, len(of_type))])
+                alive = sorted(chosen, key=lambda n: (n.gpu_type, n.gpus, n.node_id))
+            if [n.node_id for n in alive] == self.node_ids:
+                return None
+            new_index = {n.node_id: i for i, n in enumerate(alive)}
+            remap = {i: new_index[n.node_id] for i, n in enumerate(self._nodes) if n.node_id in new_index}
+            for group in self._groups.values():  # workers keep naming their node, for `reap` and the next refresh
+                group.workers = [
+                    WorkerInfo(w.rank, remap.get(w.node, -1), w.pid, w.host, w.start_ticks) for w in group.workers
+                ]
+            self._nodes = alive
+            self._cluster = pool_cluster(alive) if alive else None
+            return remap
 
     def launch(self, request: LaunchRequest) -> list[WorkerInfo]:
         """Reserve the allocation's GPUs on exactly its nodes, then start one worker per GPU; nothing of the job
@@ -317,22 +418,22 @@ class RayLauncher:
         import ray
 
         alloc = request.allocation
-        if len(alloc) != self._cluster.num_nodes or any(g < 0 for g in alloc) or sum(alloc) < 1:
+        if len(alloc) != len(self._nodes) or any(g < 0 for g in alloc) or sum(alloc) < 1:
             raise LaunchError(
-                f"job {request.job}: allocation {alloc} must list >= 0 GPUs for each of the {self._cluster.num_nodes} "
+                f"job {request.job}: allocation {alloc} must list >= 0 GPUs for each of the {len(self._nodes)} "
                 "Ray nodes, at least one in all"
             )
         for i, gpus in enumerate(alloc):
-            if gpus > self._node_gpus[i]:
+            if gpus > self._nodes[i].gpus:
                 raise LaunchError(
                     f"job {request.job}: allocation {alloc} asks for {gpus} {self._gpu_resource} on node {i}, "
-                    f"which has {self._node_gpus[i]}"
+                    f"which has {self._nodes[i].gpus}"
                 )
         alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
         for i, gpus in enumerate(alloc):
-            if gpus and self._node_ids[i] not in alive:
+            if gpus and self._nodes[i].node_id not in alive:
                 raise LaunchError(
-                    f"job {request.job}: node {i} (Ray node {self._node_ids[i]}) is not alive (restarting?)",
+                    f"job {request.job}: node {i} (Ray node {self._nodes[i].node_id}) is not alive (restarting?)",
                     transient=True,
                 )
         return [i for i, gpus in enumerate(alloc) for _ in range(gpus)]
@@ -370,7 +471,7 @@ class RayLauncher:
                 [{self._gpu_resource: 1} for _ in nodes],
                 strategy="PACK",
                 name=GROUP_PREFIX + job,
-                bundle_label_selector=[{NODE_ID_LABEL: self._node_ids[i]} for i in nodes],
+                bundle_label_selector=[{NODE_ID_LABEL: self._nodes[i].node_id} for i in nodes],
             )
         except RaySystemError as exc:  # the name was taken since `_await_previous_group` looked
             raise LaunchError(
@@ -392,10 +493,10 @@ class RayLauncher:
 
         places: list[tuple[str, str]] = ray.get([a.where.remote() for a in actors], timeout=_ACTOR_CALL_TIMEOUT_S)
         for rank, (node_id, _) in enumerate(places):
-            if node_id != self._node_ids[nodes[rank]]:
+            if node_id != self._nodes[nodes[rank]].node_id:
                 raise LaunchError(
                     f"job {request.job}: Ray placed rank {rank} on node {node_id}, not on pool node {nodes[rank]} "
-                    f"({self._node_ids[nodes[rank]]}): this Ray version ignores bundle label selectors"
+                    f"({self._nodes[nodes[rank]].node_id}): this Ray version ignores bundle label selectors"
                 )
         port: int = ray.get(actors[0].free_port.remote(), timeout=_ACTOR_CALL_TIMEOUT_S)  # type: ignore[assignment]
         local_ranks = [nodes[:rank].count(node) for rank, node in enumerate(nodes)]

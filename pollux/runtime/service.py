@@ -20,28 +20,37 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
 import os
 import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from pollux.agent.checkpoint import NAME as CHECKPOINT_FILE
-from pollux.agent.report import JobReport, read_report
+from pollux.agent.report import BatchInUse, JobReport, params_json, read_report
 from pollux.cluster import Allocation, Cluster, free_gpus, num_gpus
 from pollux.data.philly import philly_service_samples
 from pollux.engine import Decision, Scheduler
 from pollux.errors import LaunchError, ReportError, SpecError, UnknownJobError
+from pollux.goodput import GoodputFunction, GradientStats, ThroughputParams
 from pollux.policies.base import JobView, Policy, exploration_bound
 from pollux.policies.registry import PolicySettings, make_policy, policy_class
+from pollux.policies.typed_search import model_on
 from pollux.runtime import joblog
 from pollux.runtime.launcher import EXIT_STOPPED, Launcher, LaunchRequest
-from pollux.runtime.spec import JobSpec
+from pollux.runtime.sizing import wanted_nodes
+from pollux.runtime.spec import JobSpec, check_gpu_types
 from pollux.runtime.status import FINAL, JobEvent
 from pollux.runtime.store import JobSample, JobState, RoundRecord, StateStore
+
+if TYPE_CHECKING:
+    from pollux.runtime.autoscale import RayAutoscaler
+    from pollux.runtime.ray_launcher import RayLauncher
 
 LOG = logging.getLogger("pollux.runtime")
 LOG_TAIL_LINES = 20
@@ -94,22 +103,39 @@ def make_runtime_policy(name: str, restart_delay_s: float = 30.0) -> Policy:
     return make_policy(name, settings, {"gittins_service_samples": philly_service_samples})
 
 
-@functools.lru_cache(maxsize=4096)
 def report_metrics(report: JobReport | None) -> tuple[float | None, float | None]:
     """(goodput, statistical efficiency) of a job at the batch and GPUs its agent last reported: the goodput of the
     best configuration on those GPUs (Pollux §3.3, what the agent itself picks) and the efficiency of the batch in
     use; None until the agent has fitted its model. One computation for `pollux ls`, the API and the dashboard,
-    remembered per report (a report is frozen): every dashboard poll asks again for every job."""
-    if report is None or (fn := report.goodput_function()) is None or report.batch.num_replicas <= 0:
+    remembered per model, statistics and batch (every dashboard poll asks again for every job)."""
+    if report is None or report.throughput_params is None or report.grad_stats is None:
         return None, None
-    best = fn.optimize(
-        report.batch.num_nodes,
-        report.batch.num_replicas,
+    return _metrics(
+        report.throughput_params,
+        report.grad_stats,
+        report.init_batch_size,
+        report.batch,
         report.max_batch_size,
         report.local_bsz_bounds,
-        accumulation=report.gradient_accumulation,
+        report.gradient_accumulation,
     )
-    return float(best.goodput), float(fn.efficiency(report.batch.total_batch_size))
+
+
+@functools.lru_cache(maxsize=4096)
+def _metrics(
+    params: ThroughputParams,
+    stats: GradientStats,
+    init_batch_size: int,
+    batch: BatchInUse,
+    max_batch_size: int,
+    local_bsz_bounds: tuple[int, int],
+    accumulation: bool,
+) -> tuple[float | None, float | None]:
+    if batch.num_replicas <= 0:
+        return None, None
+    fn = GoodputFunction(params, stats, init_batch_size)
+    best = fn.optimize(batch.num_nodes, batch.num_replicas, max_batch_size, local_bsz_bounds, accumulation=accumulation)
+    return float(best.goodput), float(fn.efficiency(batch.total_batch_size))
 
 
 def job_view(
@@ -126,6 +152,7 @@ def job_view(
     else:
         bound = max(init_bsz // bounds[0], 1)
     max_gpus = max(min(bound, spec.max_gpus, cluster.num_gpus), spec.min_gpus, 1)
+    by_type = report.throughput_params_by_type if report else {}
     return JobView(
         name=spec.name,
         application=spec.name,
@@ -140,9 +167,30 @@ def job_view(
         local_bsz_bounds=bounds,
         batch_size=None if spec.adaptive else init_bsz,
         min_gpus=spec.min_gpus,
-        throughput_params=report.throughput_params if report else None,
+        throughput_params=report.throughput_params if report else None,  # of the type it runs (or ran) on
         grad_stats=report.grad_stats if report else None,
+        gpu_types=spec.gpu_types,
+        throughput_params_by_type=dict(by_type),
+        local_bsz_bounds_by_type={
+            **spec.local_bsz_bounds_by_type,
+            **(report.local_bsz_bounds_by_type if report else {}),
+        },
+        run_time_by_type_s=dict(report.run_time_by_type_s) if report else {},
+        single_gpu_throughput_by_type=dict(spec.single_gpu_throughput),
     )
+
+
+def launch_env(view: JobView, gpu_type: str) -> dict[str, str]:
+    """What the agent learns about the GPUs it is launched on (`pollux.agent.context`): their type; the policy's
+    bootstrap estimate of its model there where it has not run there yet (`model_on`: scaled by the 1-GPU
+    throughput ratio); and that type's per-GPU batch bounds where they differ (memory)."""
+    env = {"POLLUX_GPU_TYPE": gpu_type}
+    if gpu_type not in view.throughput_params_by_type and (model := model_on(view, gpu_type)) is not None:
+        env["POLLUX_THROUGHPUT_BOOTSTRAP"] = json.dumps(params_json(model))
+    if gpu_type in view.local_bsz_bounds_by_type:
+        low, high = view.local_bsz_bounds_by_type[gpu_type]
+        env["POLLUX_LOCAL_BSZ_BOUNDS"] = f"{low},{high}"
+    return env
 
 
 def _interval_env(job_s: float | None, config: ServiceConfig) -> str:
@@ -190,9 +238,16 @@ def _crash_point(point: str) -> None:
 class Service:
     """Runs the scheduling loop over a launcher; the API calls the public methods from any thread."""
 
-    def __init__(self, config: ServiceConfig, launcher: Launcher, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        config: ServiceConfig,
+        launcher: Launcher,
+        clock: Callable[[], float] = time.time,
+        autoscaler: RayAutoscaler | None = None,
+    ) -> None:
         self.config = config
         self.launcher = launcher
+        self.autoscaler = autoscaler  # with one, the launcher is a RayLauncher whose pool follows the requests
         self.clock = clock
         self.policy = make_runtime_policy(config.policy, config.restart_delay_s)  # a bad name fails before any file
         config.state_dir.mkdir(parents=True, exist_ok=True)
@@ -209,15 +264,22 @@ class Service:
 
     # -- API side (any thread) --------------------------------------------------------------------------------
     def submit(self, spec: JobSpec) -> JobState:
-        """Record a new job; the next round (started now) considers it."""
-        if spec.min_gpus > self.launcher.cluster.num_gpus:
+        """Record a new job; the next round (started now) considers it. A job the cluster can never run (more GPUs
+        than it has, GPU types it lacks) is refused here, naming what the cluster has."""
+        capacity = self.capacity()
+        if spec.min_gpus > capacity.num_gpus:
             raise SpecError(
-                f"job {spec.name!r}: field 'min_gpus' {spec.min_gpus} exceeds the {self.launcher.cluster.num_gpus} "
+                f"job {spec.name!r}: field 'min_gpus' {spec.min_gpus} exceeds the {capacity.num_gpus} "
                 "GPUs of this cluster; lower min_gpus"
             )
+        check_gpu_types(spec, capacity.gpu_types, {t: capacity.gpus_of_type(t) for t in capacity.gpu_types})
         state = self.store.add_job(spec, self.clock())
         self._wake()
         return state
+
+    def capacity(self) -> Cluster:
+        """The most the cluster can offer: its nodes now (an auto-scaled one: as many as it may grow to)."""
+        return self.autoscaler.largest if self.autoscaler is not None else self.launcher.cluster
 
     def cancel(self, name: str) -> JobState:
         """Stop a job for good (its workers checkpoint first). The request is stored before this returns, so a
@@ -310,7 +372,10 @@ class Service:
             LOG.info("recovered: %d recorded worker(s), %d still alive and stopped", len(stray), alive)
 
     def schedule(self, now: float) -> None:
-        """One round of the policy (on the reports `step` just read); `_Backend.apply` carries out its decisions."""
+        """One round of the policy (on the reports `step` just read); `_Backend.apply` carries out its decisions.
+        With an autoscaler, the cluster is sized first (`autoscale`), and a round without any node waits."""
+        if self.autoscaler is not None and not self.autoscale(now):
+            return
         result = self.scheduler.step(now)
         self.rounds += 1
         held = {view.name: view.allocation for view in self._last_views}
@@ -343,6 +408,57 @@ class Service:
                 ),
             )
         )
+
+    def autoscale(self, now: float) -> bool:
+        """Cloud auto-scaling (`pollux.runtime.autoscale`): ask Ray for the nodes per type the policy wants on the
+        largest allowed cluster, and make the pool the alive nodes up to that many per type. A job on a node that
+        left the pool (released by this sizing, or lost) checkpoints and waits to be placed again. Whether any node
+        is in the pool to schedule on."""
+        autoscaler = self.autoscaler
+        assert autoscaler is not None
+        views = self._views_on(autoscaler.largest, now)
+        wanted = wanted_nodes(self.policy, views, autoscaler.largest, now, autoscaler.minimum)
+        autoscaler.request(wanted)
+        launcher = cast("RayLauncher", self.launcher)
+        remap = launcher.refresh(keep=wanted)
+        if remap is not None:
+            LOG.info("pool: %s", launcher.cluster.describe() if launcher.has_nodes else "no GPU nodes")
+            self._renumber(remap)
+        if not launcher.has_nodes:
+            for view in views:
+                self._job(view.name).reason = "waiting for Ray's autoscaler to start nodes"
+        return launcher.has_nodes
+
+    def _views_on(self, cluster: Cluster, now: float) -> list[JobView]:
+        """The active jobs as the sizing sees them: on `cluster`, holding nothing yet (a fresh look)."""
+        views = []
+        for state in self.store.jobs(include_finished=False):
+            if state.cancel_requested or (state.status == "pending" and now < self._job(state.name).not_before):
+                continue
+            spec = JobSpec.from_json_dict(state.spec)
+            free = replace(state, allocation=())
+            views.append(
+                job_view(spec, free, self.report(state.name), cluster, self.store.attained_service(state.name, now))
+            )
+        return views
+
+    def _renumber(self, remap: dict[int, int]) -> None:
+        """The pool changed: running jobs get their allocations in the new node order; one whose node is gone is
+        stopped (it checkpoints; on a lost node it was killed with it) and waits to be placed again."""
+        running = [s for s in self.store.jobs(include_finished=False) if s.status == "running" and s.allocation]
+        gone = [s.name for s in running if any(g and n not in remap for n, g in enumerate(s.allocation))]
+        codes = self._stop(gone) if gone else {}
+        for name, code in codes.items():
+            self._settle(name, code, self.clock(), stop_reason="its node left the pool; resumes from its checkpoint")
+        nodes = len(cast("RayLauncher", self.launcher).node_ids)
+        for state in running:
+            if state.name in codes:
+                continue
+            allocation = [0] * nodes
+            for n, gpus in enumerate(state.allocation):
+                if gpus:
+                    allocation[remap[n]] = gpus
+            self.store.set_allocation(state.name, tuple(allocation))
 
     def watch(self, now: float) -> bool:
         """Settle worker groups that exited; True if any did (the next round should come early)."""
@@ -453,6 +569,9 @@ class Service:
         state = self.store.job(name)
         spec = JobSpec.from_json_dict(state.spec)
         checkpoint_dir = self.config.checkpoint_dir(spec)
+        cluster = self.launcher.cluster
+        gpu_type = cluster.allocation_type(allocation) or cluster.gpu_types[0]
+        view = job_view(spec, state, self.report(name), cluster, 0.0)
         request = LaunchRequest(
             job=name,
             command=spec.command,
@@ -464,6 +583,7 @@ class Service:
                 "POLLUX_CHECKPOINT_DIR": str(checkpoint_dir),
                 "POLLUX_REPORT_PATH": str(self.config.report_path(name)),
                 "POLLUX_CHECKPOINT_INTERVAL_S": _interval_env(spec.checkpoint_interval_s, self.config),
+                **launch_env(view, gpu_type),
             },
             lock_path=self.config.job_dir(name) / "group.lock",
         )
@@ -479,7 +599,7 @@ class Service:
                 self.store.record_exit(name, JobEvent.LAUNCH_REFUSED, now, "could not launch", error=str(error))
             return
         _crash_point("after-launch")
-        self.store.record_launch(name, allocation, workers, now, restart=launched_before)
+        self.store.record_launch(name, allocation, workers, now, restart=launched_before, gpu_type=gpu_type)
 
     def _handle_cancels(self, now: float) -> bool:
         """Carry out stored cancel requests: stop the job if it runs (it checkpoints), then mark it cancelled."""
@@ -565,7 +685,11 @@ class _Backend:
                 continue
             spec = JobSpec.from_json_dict(state.spec)
             service_gpu_s = service.store.attained_service(state.name, now)
-            views.append(job_view(spec, state, service.report(state.name), self.cluster, service_gpu_s))
+            view = job_view(spec, state, service.report(state.name), self.cluster, service_gpu_s)
+            if not any(view.may_run_on(t) for t in self.cluster.gpu_types):  # its types have no node (yet)
+                job.reason = f"waiting for a node of type {' or '.join(spec.gpu_types or ())}"
+                continue
+            views.append(view)
         service._last_views = views
         return views
 

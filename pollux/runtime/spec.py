@@ -15,6 +15,12 @@ A spec is a TOML file (stdlib `tomllib`, no extra dependency):
     checkpoint_interval_s = 300               # optional: periodic checkpoints (else the service's, else automatic)
     priority = 0                              # optional
     owner = "alice"                           # optional
+    gpu_types = ["a100", "rtx"]               # optional: the GPU types it may run on (default: any)
+    single_gpu_throughput = {a100 = 900.0, rtx = 300.0}   # optional: examples/s on one GPU of each type (profile)
+    local_bsz_bounds_by_type = {rtx = [32, 128]}           # optional: per-GPU batch bounds where memory differs
+
+The GPU types are checked against the cluster's when the service accepts the job (`check_gpu_types`): an unknown
+type is named with the types the cluster has.
 
 Every error names the file, the field and what is accepted, so a bad spec is refused before a job exists.
 """
@@ -24,7 +30,8 @@ from __future__ import annotations
 import re
 import shlex
 import tomllib
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +52,11 @@ FIELDS = (
     "checkpoint_interval_s",
     "priority",
     "owner",
+    "gpu_types",
+    "single_gpu_throughput",
+    "local_bsz_bounds_by_type",
 )
+TYPE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 REQUIRED = ("name", "command", "init_batch_size")
 
 
@@ -67,6 +78,9 @@ class JobSpec:
     priority: int = 0
     owner: str | None = None
     workdir: Path | None = None  # where the command runs: the spec file's folder
+    gpu_types: tuple[str, ...] | None = None  # the GPU types it may run on; None: any
+    single_gpu_throughput: dict[str, float] = field(default_factory=dict)  # examples/s on 1 GPU per type (profile)
+    local_bsz_bounds_by_type: dict[str, tuple[int, int]] = field(default_factory=dict)  # where memory differs
 
     def to_json_dict(self) -> dict[str, Any]:
         """The spec as JSON-ready data (paths as strings), as the state store keeps it."""
@@ -75,6 +89,9 @@ class JobSpec:
         data["local_bsz_bounds"] = list(self.local_bsz_bounds)
         for key in ("checkpoint_dir", "workdir"):
             data[key] = None if data[key] is None else str(data[key])
+        data["gpu_types"] = None if self.gpu_types is None else list(self.gpu_types)
+        data["single_gpu_throughput"] = dict(self.single_gpu_throughput)
+        data["local_bsz_bounds_by_type"] = {t: list(b) for t, b in self.local_bsz_bounds_by_type.items()}
         return data
 
     @classmethod
@@ -85,6 +102,11 @@ class JobSpec:
         values["local_bsz_bounds"] = tuple(values["local_bsz_bounds"])
         for key in ("checkpoint_dir", "workdir"):
             values[key] = None if values.get(key) is None else Path(values[key])
+        if values.get("gpu_types") is not None:
+            values["gpu_types"] = tuple(values["gpu_types"])
+        values["local_bsz_bounds_by_type"] = {
+            t: (int(b[0]), int(b[1])) for t, b in (values.get("local_bsz_bounds_by_type") or {}).items()
+        }
         return cls(**{k: v for k, v in values.items() if k in cls.__dataclass_fields__})
 
 
@@ -107,6 +129,70 @@ def _command(source: str, value: Any, base: Path) -> tuple[str, ...]:
         if part.endswith(".py") and not (base / part).is_file():
             raise SpecError(f"{source}: field 'command': script {part!r} not found (looked in {base})")
     return parts
+
+
+def _type_name(source: str, where: str, value: Any) -> str:
+    if not isinstance(value, str) or not TYPE_NAME.match(value):
+        raise SpecError(f"{source}: field '{where}': expected a GPU type name such as \"a100\", got {value!r}")
+    return value
+
+
+def _gpu_types(source: str, value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value:
+        raise SpecError(f"{source}: field 'gpu_types': expected a non-empty list of type names, e.g. [\"a100\"]")
+    return tuple(dict.fromkeys(_type_name(source, "gpu_types", v) for v in value))
+
+
+def _throughputs(source: str, value: Any) -> dict[str, float]:
+    if not isinstance(value, dict):
+        raise SpecError(
+            f"{source}: field 'single_gpu_throughput': expected a table {{type = examples/s}}, got {value!r}"
+        )
+    speeds = {}
+    for key, speed in value.items():
+        _type_name(source, "single_gpu_throughput", key)
+        if isinstance(speed, bool) or not isinstance(speed, int | float) or not speed > 0:
+            raise SpecError(
+                f"{source}: field 'single_gpu_throughput.{key}': expected examples/s > 0 (e.g. 300.0), got {speed!r}"
+            )
+        speeds[key] = float(speed)
+    return speeds
+
+
+def _bounds_by_type(source: str, value: Any) -> dict[str, tuple[int, int]]:
+    if not isinstance(value, dict):
+        raise SpecError(f"{source}: field 'local_bsz_bounds_by_type': expected a table {{type = [min, max]}}")
+    bounds = {}
+    for key, pair in value.items():
+        where = f"local_bsz_bounds_by_type.{key}"
+        _type_name(source, "local_bsz_bounds_by_type", key)
+        if not (isinstance(pair, list) and len(pair) == 2):
+            raise SpecError(f"{source}: field '{where}': expected [min, max], got {pair!r}")
+        low = _int(source, where, pair[0], 1)
+        bounds[key] = (low, _int(source, where, pair[1], low))
+    return bounds
+
+
+def check_gpu_types(spec: JobSpec, cluster_types: Sequence[str], gpus_of_type: Mapping[str, int]) -> None:
+    """Refuse a job whose GPU types the cluster cannot give it: an unknown type (named with the cluster's types),
+    or fewer GPUs of its types than its `min_gpus`. `cluster_types` are every type the cluster has or can start."""
+    named = [*(spec.gpu_types or ()), *spec.single_gpu_throughput, *spec.local_bsz_bounds_by_type]
+    for gpu_type in named:
+        if gpu_type not in cluster_types:
+            raise SpecError(
+                f"job {spec.name!r}: GPU type {gpu_type!r} is not in this cluster (its types: "
+                f"{', '.join(cluster_types)}); use those names in gpu_types, single_gpu_throughput and "
+                "local_bsz_bounds_by_type"
+            )
+    usable = spec.gpu_types or tuple(cluster_types)
+    most = max(gpus_of_type.get(t, 0) for t in usable)
+    if spec.min_gpus > most:
+        raise SpecError(
+            f"job {spec.name!r}: field 'min_gpus' {spec.min_gpus} exceeds the {most} GPUs this cluster can give one "
+            f"job of type(s) {', '.join(usable)}; lower min_gpus or allow more gpu_types"
+        )
 
 
 def parse_spec(data: dict[str, Any], source: str = "<spec>", base: Path | None = None) -> JobSpec:
@@ -156,6 +242,9 @@ def parse_spec(data: dict[str, Any], source: str = "<spec>", base: Path | None =
     priority = data.get("priority", 0)
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise SpecError(f"{source}: field 'priority': expected an integer, got {priority!r}")
+    gpu_types = _gpu_types(source, data.get("gpu_types"))
+    speeds = _throughputs(source, data.get("single_gpu_throughput", {}))
+    bounds_by_type = _bounds_by_type(source, data.get("local_bsz_bounds_by_type", {}))
     return JobSpec(
         name=name,
         command=command,
@@ -171,6 +260,9 @@ def parse_spec(data: dict[str, Any], source: str = "<spec>", base: Path | None =
         priority=priority,
         owner=owner,
         workdir=base,
+        gpu_types=gpu_types,
+        single_gpu_throughput=speeds,
+        local_bsz_bounds_by_type=bounds_by_type,
     )
 
 

@@ -126,6 +126,7 @@ class JobState:
     attempts: int  # crashed launches so far (the retry limit counts these)
     cancel_requested: bool  # a user cancelled it; the scheduler has not yet stopped it
     last_error: str | None
+    gpu_type: str | None = None  # the GPU type of its current (else last) allocation
 
 
 def _spec_json(spec: JobSpec) -> str:
@@ -148,6 +149,8 @@ class StateStore:
         columns = {row["name"] for row in self._db.execute("PRAGMA table_info(jobs)")}
         if "reallocations" not in columns:  # a database of an earlier version
             self._db.execute("ALTER TABLE jobs ADD COLUMN reallocations INTEGER NOT NULL DEFAULT 0")
+        if "gpu_type" not in columns:  # a database from before GPU types
+            self._db.execute("ALTER TABLE jobs ADD COLUMN gpu_type TEXT")
 
     def close(self) -> None:
         with self._lock:
@@ -203,7 +206,13 @@ class StateStore:
         return self.job(name)
 
     def record_launch(
-        self, name: str, allocation: tuple[int, ...], workers: list[WorkerInfo], now: float, restart: bool
+        self,
+        name: str,
+        allocation: tuple[int, ...],
+        workers: list[WorkerInfo],
+        now: float,
+        restart: bool,
+        gpu_type: str | None = None,
     ) -> None:
         """A worker group started: status running, its allocation and its workers' pids, in one transaction (a
         scheduler killed right after still knows which processes to reap)."""
@@ -216,11 +225,18 @@ class StateStore:
                 [(name, w.rank, w.node, w.pid, w.host, w.start_ticks) for w in workers],
             )
             db.execute(
-                "UPDATE jobs SET status = ?, allocation = ?, updated_at = ?, restarts = restarts + ? WHERE name = ?",
-                (status, json.dumps(list(allocation)), now, int(restart), name),
+                "UPDATE jobs SET status = ?, allocation = ?, updated_at = ?, restarts = restarts + ?, gpu_type = ? "
+                "WHERE name = ?",
+                (status, json.dumps(list(allocation)), now, int(restart), gpu_type, name),
             )
             db.execute("INSERT INTO status_history VALUES (?, ?, ?, ?)", (name, now, status, "launched"))
-            self._event(db, now, name, "allocation", {"allocation": list(allocation), "restart": restart})
+            detail = {"allocation": list(allocation), "restart": restart, "gpu_type": gpu_type}
+            self._event(db, now, name, "allocation", detail)
+
+    def set_allocation(self, name: str, allocation: tuple[int, ...]) -> None:
+        """A running job's allocation renumbered (the node pool changed under it; the same GPUs, so no event)."""
+        with self.transaction() as db:
+            db.execute("UPDATE jobs SET allocation = ? WHERE name = ?", (json.dumps(list(allocation)), name))
 
     def record_exit(
         self,
@@ -392,6 +408,7 @@ class StateStore:
             allocation=tuple(json.loads(row["allocation"])),
             restarts=row["restarts"],
             reallocations=row["reallocations"],
+            gpu_type=row["gpu_type"],
             attempts=row["attempts"],
             cancel_requested=bool(row["cancel_requested"]),
             last_error=row["last_error"],

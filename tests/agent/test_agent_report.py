@@ -3,10 +3,19 @@
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
-from pollux.agent.report import SCHEMA_VERSION, BatchInUse, JobReport, Progress, read_report, write_report
+from pollux.agent.report import (
+    SCHEMA_VERSION,
+    BatchInUse,
+    JobReport,
+    Progress,
+    ThroughputSample,
+    read_report,
+    write_report,
+)
 from pollux.errors import ReportError
 from pollux.goodput import GradientStats, ThroughputParams
 
@@ -60,7 +69,7 @@ def mutated(tmp_path, change):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda d: d.update(version=2), "newer than this reader"),
+        (lambda d: d.update(version=SCHEMA_VERSION + 1), "newer than this reader"),
         (lambda d: d.pop("grad_stats"), "missing field 'grad_stats'"),
         (lambda d: d["batch"].update(local_bsz=0), "field 'batch.local_bsz' must be an integer >= 1"),
         (lambda d: d.update(init_batch_size=True), "field 'init_batch_size' must be an integer"),
@@ -76,6 +85,34 @@ def test_a_bad_report_is_refused_naming_the_file_and_field(tmp_path, change, mes
     with pytest.raises(ReportError, match=message) as err:
         read_report(path)
     assert str(path) in str(err.value)
+
+
+def test_a_report_keys_samples_and_models_by_gpu_type(tmp_path):
+    sample = ThroughputSample(1, 2, 96, 1, 0.05, 0.12)
+    typed = replace(
+        REPORT,
+        gpu_type="a100",
+        throughput_params_by_type={
+            "a100": REPORT.throughput_params,
+            "rtx": ThroughputParams(0.1, 0.002, 0.03, 0.003, 0.1, 0.003, 1.5),
+        },
+        local_bsz_bounds_by_type={"a100": (16, 256), "rtx": (16, 64)},
+        run_time_by_type_s={"a100": 30.0, "rtx": 12.5},
+        throughput_samples_by_type={"a100": (sample,)},
+    )
+    assert read_report(write_report(tmp_path / "r.json", typed)) == typed
+
+
+def test_a_version_1_report_still_reads_as_a_job_of_no_known_type(tmp_path):
+    data = REPORT.to_json_dict()
+    data["version"] = 1
+    for key in ("gpu_type", "throughput_params_by_type", "local_bsz_bounds_by_type", "run_time_by_type_s"):
+        data.pop(key)
+    data.pop("throughput_samples_by_type")
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(data))
+    old = read_report(path)
+    assert old == REPORT and old.gpu_type is None and old.throughput_params_by_type == {}
 
 
 def test_unknown_extra_fields_are_accepted(tmp_path):

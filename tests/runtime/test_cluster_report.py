@@ -12,7 +12,11 @@ MIXED = Cluster.of_groups([NodeGroup("rtx", 1, 8), NodeGroup("quad", 2, 4)])
 
 def health(cluster: Cluster) -> dict:
     service = SimpleNamespace(
-        clock=lambda: 0.0, config=SimpleNamespace(policy="fifo"), launcher=SimpleNamespace(cluster=cluster), rounds=0
+        clock=lambda: 0.0,
+        config=SimpleNamespace(policy="fifo"),
+        launcher=SimpleNamespace(cluster=cluster),
+        capacity=lambda: cluster,
+        rounds=0,
     )
     api = ApiServer(service, "token")
     try:

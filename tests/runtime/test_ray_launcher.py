@@ -110,7 +110,7 @@ def jobs(launcher: RayLauncher, tmp_path: Path) -> Iterator[Jobs]:
 
 
 def test_the_pool_is_every_node_offering_the_resource_in_node_id_order(launcher: RayLauncher) -> None:
-    assert launcher.cluster == Cluster(num_nodes=2, gpus_per_node=2)
+    assert launcher.cluster == Cluster(num_nodes=2, gpus_per_node=2, gpu_type="gpu")  # Ray names no GPU model
     assert launcher.node_ids == sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
 
 

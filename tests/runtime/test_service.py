@@ -24,10 +24,17 @@ pytestmark = pytest.mark.e2e  # real processes: run by `make test`; `pytest -m "
 class Running:
     """A service running on a thread, stopped gracefully at the end of the test."""
 
-    def __init__(self, tmp_path: Path, slots: int = 4, policy: str = "fifo", **options: float) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        slots: int = 4,
+        policy: str = "fifo",
+        launcher: LocalLauncher | None = None,
+        **options: float,
+    ) -> None:
         settings = {"interval_s": 0.5, "tick_s": 0.05, "backoff_s": 0.3, "stop_grace_s": 10.0, **options}
         self.config = ServiceConfig(state_dir=tmp_path / "state", policy=policy, **settings)  # type: ignore[arg-type]
-        self.service = Service(self.config, LocalLauncher(slots, stop_grace_s=5.0))
+        self.service = Service(self.config, launcher or LocalLauncher(slots, stop_grace_s=5.0))
         self.thread = threading.Thread(target=self.service.run, daemon=True)
         self.thread.start()
 
