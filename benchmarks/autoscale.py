@@ -130,8 +130,9 @@ def main() -> None:
         saved = 1 - means[config]["node_hours"] / base["node_hours"]
         longer = means[config]["avg_jct_s"] / base["avg_jct_s"] - 1
         verdict = "meets" if saved > 0 and longer <= JCT_SLACK else "misses"
+        cost = f"{100 * abs(saved):.1f}% {'fewer' if saved > 0 else 'more'} node-hours"
         console.print(
-            f"{config}: {100 * saved:.1f}% fewer node-hours at {100 * longer:+.1f}% avg JCT — {verdict} the goal "
+            f"{config}: {cost} at {100 * longer:+.1f}% avg JCT — {verdict} the goal "
             f"(fewer node-hours at <= {100 * JCT_SLACK:.0f}% longer JCT)"
         )
     console.print(
