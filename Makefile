@@ -14,11 +14,14 @@ $(STAMP): pyproject.toml constraints.txt
 
 demo: $(STAMP)
 	$(BIN)/pollux simulate workload-1 --out results/demo
+	@echo "Open results/demo/report.html in a browser: this run's table and charts in one page (works offline)."
 
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	@$(BIN)/python -c 'import sys; from benchmarks.headless import INSTALL_HINT, chromium_path; \
+		sys.exit(None if chromium_path() else "make test: the dashboard tests drive a real browser; " + INSTALL_HINT)'
 	$(BIN)/pytest -q
 
 bench: $(STAMP)
@@ -36,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.runtime_overhead
 	$(BIN)/python -m benchmarks.kill_recovery
 	$(BIN)/python -m benchmarks.runtime_churn
+	$(BIN)/python -m benchmarks.dashboard
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -12,6 +12,14 @@ put a TLS proxy in front). Routes:
     GET  /v1/jobs/NAME/logs?cursor=C   log lines since cursor C (every rank's, prefixed), and the next cursor
     POST /v1/jobs/NAME/cancel           stop it for good (it checkpoints first)
     POST /v1/shutdown                   stop the service; jobs checkpoint and resume at the next `pollux up`
+    GET  /v1/dashboard                  the dashboard's poll: cluster, job rows, recent rounds (pollux.dashboard)
+    GET  /v1/dashboard/jobs/NAME        a job's page: its row, goodput/batch/GPUs over time, history, log tail
+    POST /v1/dashboard/link             a one-time login link for a browser (`pollux dashboard`)
+    GET  /ui/                           the dashboard page (HTML); GET|POST /ui/login: its login form
+
+A browser proves itself once, with the token typed into the login form or with a one-time link, and then holds a
+session cookie (HttpOnly, SameSite=Strict) that is good for GET requests only: everything that changes state still
+needs the token itself. Every route but the login form answers 401 without one or the other (`ROUTES`).
 
 Errors come back as {"error": one line} with 400 (bad input), 401 (token), 404 (unknown job or route) or 500 (a bug,
 logged; the service keeps running).
@@ -29,17 +37,21 @@ import socket
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from http import HTTPStatus
+from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from pollux.cluster import placement
+from pollux.dashboard import pages, views
+from pollux.dashboard.sessions import Sessions
 from pollux.errors import PolluxError, SchedulerDownError, ServiceError, UnknownJobError
 from pollux.runtime import joblog
 from pollux.runtime.processes import process_start_ticks
-from pollux.runtime.service import Service
+from pollux.runtime.service import Service, report_metrics
 from pollux.runtime.spec import loads_spec
 from pollux.runtime.store import JobState
 
@@ -48,6 +60,24 @@ _HOST = socket.gethostname()
 TOKEN_FILE = "token"
 ENDPOINT_FILE = "endpoint.json"
 MAX_BODY = 1 << 20
+DASHBOARD_PATH = "/ui/"
+LOGIN_PATH = "/ui/login"
+# Every route, for the test that walks them all without credentials (NAME: any job).
+ROUTES = (
+    ("GET", "/v1/health"),
+    ("GET", "/v1/jobs"),
+    ("POST", "/v1/jobs"),
+    ("GET", "/v1/jobs/NAME"),
+    ("GET", "/v1/jobs/NAME/logs"),
+    ("POST", "/v1/jobs/NAME/cancel"),
+    ("POST", "/v1/shutdown"),
+    ("GET", "/v1/dashboard"),
+    ("GET", "/v1/dashboard/jobs/NAME"),
+    ("POST", "/v1/dashboard/link"),
+    ("GET", "/"),
+    ("GET", "/ui"),
+    ("GET", DASHBOARD_PATH),
+)
 
 
 def private_dir(path: Path) -> Path:
@@ -74,24 +104,19 @@ def write_token(state_dir: Path) -> str:
 def job_row(service: Service, state: JobState, now: float) -> dict[str, Any]:
     """One job as `pollux ls` shows it."""
     report = service.report(state.name)
-    goodput = None
-    if report is not None and (fn := report.goodput_function()) is not None and report.batch.num_replicas > 0:
-        best = fn.optimize(
-            report.batch.num_nodes,
-            report.batch.num_replicas,
-            report.max_batch_size,
-            report.local_bsz_bounds,
-            accumulation=report.gradient_accumulation,
-        )
-        goodput = float(best.goodput)
+    goodput, efficiency = report_metrics(report)
     return {
         "name": state.name,
         "status": state.status,
         "gpus": sum(state.allocation),
         "placement": list(placement(tuple(state.allocation))),
+        "allocation": list(state.allocation),
         "batch_size": report.batch.total_batch_size if report else None,
+        "local_bsz": report.batch.local_bsz if report else None,
+        "accum_steps": report.batch.accum_steps if report else None,
         "epoch": report.progress.epoch if report else None,
         "goodput": goodput,
+        "efficiency": efficiency,
         "restarts": state.restarts,
         "attempts": state.attempts,
         "submitted_at": state.submitted_at,
@@ -107,6 +132,7 @@ class ApiServer:
     def __init__(self, service: Service, token: str, host: str = "127.0.0.1", port: int = 0) -> None:
         self.service = service
         self.token = token
+        self.sessions = Sessions()
         handler = type("Handler", (_Handler,), {"api": self})
         self.httpd = ThreadingHTTPServer((host, port), handler)
         self.httpd.daemon_threads = True
@@ -116,6 +142,25 @@ class ApiServer:
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
         return f"http://{host!s}:{port}"
+
+    @property
+    def cookie_name(self) -> str:
+        """Per port: browsers share cookies between the ports of one host, and two services may run side by side."""
+        return f"pollux_session_{self.httpd.server_address[1]}"
+
+    def authorized(self, method: str, authorization: str, cookie_header: str) -> bool:
+        """The one access check: the token as `Authorization: Bearer`, or (for a GET only) a dashboard session."""
+        given = authorization.removeprefix("Bearer ").strip()
+        if given and hmac.compare_digest(given.encode(), self.token.encode()):
+            return True
+        return method == "GET" and self.sessions.valid(self.session_of(cookie_header))
+
+    def session_of(self, cookie_header: str) -> str:
+        try:
+            morsel = SimpleCookie(cookie_header).get(self.cookie_name)
+        except CookieError:
+            return ""
+        return morsel.value if morsel is not None else ""
 
     def start(self) -> None:
         self._thread.start()
@@ -177,7 +222,32 @@ class ApiServer:
         if method == "POST" and route == ["shutdown"]:
             service.request_shutdown()
             return HTTPStatus.ACCEPTED, {"ok": True}
+        if route[:1] == ["dashboard"]:
+            return self._dashboard(method, route[1:], now)
         return HTTPStatus.NOT_FOUND, {"error": f"no route {method} {path}"}
+
+    def _dashboard(self, method: str, route: list[str], now: float) -> tuple[int, Any]:
+        """The dashboard's JSON (`pollux.dashboard.views`) and its login links."""
+        service = self.service
+        if method == "GET" and not route:
+            rows = [job_row(service, s, now) for s in service.store.jobs()]
+            return HTTPStatus.OK, views.overview(service, rows, now)
+        if method == "GET" and len(route) == 2 and route[0] == "jobs":
+            return HTTPStatus.OK, views.job_detail(service, job_row(service, service.store.job(route[1]), now))
+        if method == "POST" and route == ["link"]:
+            return HTTPStatus.OK, {"url": f"{self.url}{LOGIN_PATH}?code={self.sessions.new_code()}"}
+        return HTTPStatus.NOT_FOUND, {"error": f"no route {method} /v1/dashboard/{'/'.join(route)}"}
+
+    def page(self, method: str, path: str) -> tuple[int, Callable[[str], str]]:
+        """An HTML page for an authorized browser, as a function of the response's script nonce."""
+        if method == "GET" and path in ("/", "/ui", DASHBOARD_PATH):
+            return HTTPStatus.OK, pages.dashboard_page
+        message = f"no page {method} {path}: the dashboard is at {DASHBOARD_PATH}"
+        return HTTPStatus.NOT_FOUND, lambda nonce: pages.login_page(nonce, str(self.token_path), message)
+
+    @property
+    def token_path(self) -> Path:
+        return self.service.config.state_dir / TOKEN_FILE
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -194,18 +264,24 @@ class _Handler(BaseHTTPRequestHandler):
     def _dispatch(self, method: str) -> None:
         """Check the token before reading anything else, bound the body, answer every error with one line."""
         url = urlsplit(self.path)
-        given = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        if not given or not hmac.compare_digest(given.encode(), self.api.token.encode()):
-            token_path = self.api.service.config.state_dir / TOKEN_FILE
-            self.close_connection = True
-            self._send(HTTPStatus.UNAUTHORIZED, {"error": f"missing or wrong token: send the one in {token_path}"})
+        if url.path.rstrip("/") == LOGIN_PATH:
+            self._login(method, url.query)
             return
-        length_header = self.headers.get("Content-Length") or "0"
-        if not length_header.isdigit() or int(length_header) > MAX_BODY:
+        if not self.api.authorized(method, self.headers.get("Authorization", ""), self.headers.get("Cookie", "")):
             self.close_connection = True
-            self._send(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": f"body must be 0-{MAX_BODY} bytes"})
+            if not url.path.startswith("/v1/"):  # a browser: the login form, and nothing else
+                self._send_html(HTTPStatus.UNAUTHORIZED, lambda nonce: self._login_page(nonce, ""))
+                return
+            self._send(
+                HTTPStatus.UNAUTHORIZED, {"error": f"missing or wrong token: send the one in {self.api.token_path}"}
+            )
             return
-        raw = self.rfile.read(int(length_header))
+        if not url.path.startswith("/v1/"):
+            self._send_html(*self.api.page(method, url.path))
+            return
+        raw = self._body()
+        if raw is None:
+            return
         try:
             body = json.loads(raw) if raw else None
             status, payload = self.api.handle(method, url.path, parse_qs(url.query), body)
@@ -217,6 +293,68 @@ class _Handler(BaseHTTPRequestHandler):
             LOG.exception("API request %s %s failed", method, url.path)
             status, payload = HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {type(error).__name__}"}
         self._send(status, payload)
+
+    def _body(self) -> bytes | None:
+        """The request's body, at most `MAX_BODY` bytes (None: refused, answered)."""
+        length_header = self.headers.get("Content-Length") or "0"
+        if not length_header.isdigit() or int(length_header) > MAX_BODY:
+            self.close_connection = True
+            self._send(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": f"body must be 0-{MAX_BODY} bytes"})
+            return None
+        return self.rfile.read(int(length_header))
+
+    def _login_page(self, nonce: str, message: str) -> str:
+        return pages.login_page(nonce, str(self.api.token_path), message)
+
+    def _login(self, method: str, query: str) -> None:
+        """The one route open without credentials: a one-time link's code (GET) or the token from the form (POST)
+        becomes a session cookie and a redirect to the dashboard; anything else gets the form, and no data."""
+        sessions = self.api.sessions
+        session = None
+        message = ""
+        if method == "GET" and (code := parse_qs(query).get("code", [""])[0]):
+            session = sessions.redeem(code)
+            message = "" if session else "this link was used already or has expired: run `pollux dashboard` again"
+        elif method == "POST":
+            raw = self._body()
+            if raw is None:
+                return
+            token = parse_qs(raw.decode("utf-8", errors="replace")).get("token", [""])[0].strip()
+            if self.api.authorized("POST", f"Bearer {token}", ""):
+                session = sessions.open()
+            else:
+                message = "wrong token"
+        if session is None:
+            status = HTTPStatus.UNAUTHORIZED if message else HTTPStatus.OK
+            self._send_html(status, lambda nonce: self._login_page(nonce, message))
+            return
+        cookie = f"{self.api.cookie_name}={session}; Path=/; HttpOnly; SameSite=Strict"
+        self.send_response(HTTPStatus.SEE_OTHER)
+        self.send_header("Location", DASHBOARD_PATH)
+        self.send_header("Set-Cookie", cookie)
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("Referrer-Policy", "no-referrer")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def _send_html(self, status: int, render: Callable[[str], str]) -> None:
+        """An HTML page under a fresh script nonce: only the page's own inline scripts run, it cannot be framed,
+        and it reaches nothing but this server."""
+        nonce = secrets.token_urlsafe(16)
+        data = render(nonce).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("Referrer-Policy", "no-referrer")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header(
+            "Content-Security-Policy",
+            f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; connect-src 'self'; "
+            "img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        )
+        self.end_headers()
+        self.wfile.write(data)
 
     def _send(self, status: int, payload: Any) -> None:
         data = json.dumps(payload).encode()
@@ -329,3 +467,7 @@ class Client:
 
     def shutdown(self) -> None:
         self.request("POST", "/v1/shutdown")
+
+    def dashboard_link(self) -> str:
+        """A one-time login link to the dashboard (it expires in minutes; the token itself never enters a URL)."""
+        return str(self.request("POST", "/v1/dashboard/link")["url"])

@@ -1,4 +1,4 @@
-"""`pollux up | submit | ls | logs | cancel | down`: run the scheduler service and talk to it.
+"""`pollux up | submit | ls | logs | cancel | down | dashboard`: run the scheduler service and talk to it.
 
 The service and its clients meet in a state directory (`--state-dir`, else `$POLLUX_STATE_DIR`, else
 `$XDG_STATE_HOME/pollux` = `~/.local/state/pollux`): the SQLite state, the token (0600), the endpoint, per-job logs,
@@ -158,6 +158,9 @@ def up(
             f"Pollux scheduler at {api.url}: policy {policy}, {backend.value} backend, {_nodes(cluster)}; "
             f"state in {directory}",
             soft_wrap=True,
+        )
+        plain_console(stderr=True).print(
+            f"Dashboard at {api.url}/ui/ (log in with the link `pollux dashboard` prints)", soft_wrap=True
         )
         write_endpoint(directory, api.url)  # last: clients that find it can use the service at once
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -342,7 +345,21 @@ def down(
     raise ServiceError(f"the scheduler did not stop within {timeout:.0f} s; its log: {client.state_dir}/scheduler.log")
 
 
+def dashboard(
+    no_open: Annotated[bool, typer.Option("--no-open", help="Only print the one-time link; open no browser.")] = False,
+    state_dir: StateDirOption = None,
+) -> None:
+    """Open the live dashboard in a browser, logged in by a one-time link (printed too; it works once, for 2 min)."""
+    link = _client(state_dir).dashboard_link()
+    print(link, flush=True)  # one line, exactly the link: scripts and tests read it
+    if not no_open:
+        import webbrowser
+
+        if not webbrowser.open(link):
+            plain_console(stderr=True).print("no browser found here: open the link above in one", soft_wrap=True)
+
+
 def register(app: typer.Typer) -> None:
     """Add the runtime's commands to the `pollux` application."""
-    for command in (up, submit, ls, logs, cancel, down):
+    for command in (up, submit, ls, logs, cancel, down, dashboard):
         app.command(command.__name__)(command)

@@ -19,6 +19,7 @@ PDEATHSIG); the HTTP API's threads only read the store and queue requests for th
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -40,7 +41,7 @@ from pollux.runtime import joblog
 from pollux.runtime.launcher import EXIT_STOPPED, Launcher, LaunchRequest
 from pollux.runtime.spec import JobSpec
 from pollux.runtime.status import FINAL, JobEvent
-from pollux.runtime.store import JobState, StateStore
+from pollux.runtime.store import JobSample, JobState, RoundRecord, StateStore
 
 LOG = logging.getLogger("pollux.runtime")
 LOG_TAIL_LINES = 20
@@ -91,6 +92,24 @@ def make_runtime_policy(name: str, restart_delay_s: float = 30.0) -> Policy:
         )
     settings = PolicySettings(restart_delay_s=restart_delay_s, discount_starts=False)
     return make_policy(name, settings, {"gittins_service_samples": philly_service_samples})
+
+
+@functools.lru_cache(maxsize=4096)
+def report_metrics(report: JobReport | None) -> tuple[float | None, float | None]:
+    """(goodput, statistical efficiency) of a job at the batch and GPUs its agent last reported: the goodput of the
+    best configuration on those GPUs (Pollux §3.3, what the agent itself picks) and the efficiency of the batch in
+    use; None until the agent has fitted its model. One computation for `pollux ls`, the API and the dashboard,
+    remembered per report (a report is frozen): every dashboard poll asks again for every job."""
+    if report is None or (fn := report.goodput_function()) is None or report.batch.num_replicas <= 0:
+        return None, None
+    best = fn.optimize(
+        report.batch.num_nodes,
+        report.batch.num_replicas,
+        report.max_batch_size,
+        report.local_bsz_bounds,
+        accumulation=report.gradient_accumulation,
+    )
+    return float(best.goodput), float(fn.efficiency(report.batch.total_batch_size))
 
 
 def job_view(
@@ -185,6 +204,7 @@ class Service:
         self._stopped = threading.Event()
         self._next_round = 0.0  # when the next periodic round is due, on the service's clock (as back-offs are)
         self._last_views: list[JobView] = []  # what the last round showed the policy
+        self._stored_reports: dict[str, JobReport | None] = {}  # reports of jobs this process has not read itself
         self.rounds = 0
 
     # -- API side (any thread) --------------------------------------------------------------------------------
@@ -293,12 +313,36 @@ class Service:
         """One round of the policy (on the reports `step` just read); `_Backend.apply` carries out its decisions."""
         result = self.scheduler.step(now)
         self.rounds += 1
+        held = {view.name: view.allocation for view in self._last_views}
         if result.decisions:
-            held = {view.name: view.allocation for view in self._last_views}
             changes = "; ".join(_describe(decision, held[decision.job]) for decision in result.decisions)
             LOG.info("round %d: %s", self.rounds, changes)
+        self._record_round(now, result.decisions, held)
         for view in self._last_views:
             self._job(view.name).reason = result.reasons.get(view.name, "")
+
+    def _record_round(self, now: float, decisions: Sequence[Decision], held: dict[str, Allocation]) -> None:
+        """Keep the round for the dashboard's scheduler view: its decisions, and the cluster as it left it."""
+        active = self.store.jobs(include_finished=False)
+        running = [s for s in active if s.status == "running"]
+        self.store.record_round(
+            RoundRecord(
+                at=now,
+                gpus_in_use=sum(sum(s.allocation) for s in running),
+                jobs_running=len(running),
+                jobs_pending=len(active) - len(running),
+                decisions=tuple(
+                    {
+                        "job": d.job,
+                        "kind": d.kind,
+                        "gpus_from": num_gpus(held[d.job]),
+                        "gpus_to": num_gpus(d.allocation),
+                        "allocation": list(d.allocation),
+                    }
+                    for d in decisions
+                ),
+            )
+        )
 
     def watch(self, now: float) -> bool:
         """Settle worker groups that exited; True if any did (the next round should come early)."""
@@ -478,13 +522,22 @@ class Service:
             return
         job.report = report
         self.store.record_report(name, report.to_json_dict(), now)
+        goodput, efficiency = report_metrics(report)
+        batch = report.batch
+        sample = JobSample(
+            now, batch.num_replicas, batch.local_bsz, batch.accum_steps, batch.total_batch_size, goodput, efficiency
+        )
+        self.store.record_sample(name, sample)
 
     def report(self, name: str) -> JobReport | None:
-        """The job's last report: in memory, or from the store after a restart."""
+        """The job's last report: in memory, or from the store after a restart (read once: only this process's loop
+        stores reports, and a report it reads takes the place of the stored one)."""
         job = self._jobs.get(name)
         if job is not None and job.report is not None:
             return job.report
-        return self.store.report_of(name)
+        if name not in self._stored_reports:
+            self._stored_reports[name] = self.store.report_of(name)
+        return self._stored_reports[name]
 
     def _log_tail(self, name: str) -> str:
         return joblog.tail(self.config.log_dir(name), LOG_TAIL_LINES)

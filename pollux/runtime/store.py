@@ -1,4 +1,5 @@
-"""Durable runtime state in SQLite (WAL mode): jobs, their status history, allocations, agent reports, events.
+"""Durable runtime state in SQLite (WAL mode): jobs, their status history, allocations, agent reports, events, and
+the history the dashboard draws (each round's decisions and the cluster's use; each job's goodput over time).
 
 Every change is one transaction, so a scheduler killed at any instant leaves the last committed state intact, and a
 restarted one reads every job back. Only what cannot be recomputed is stored (docs/design.md, "The runtime").
@@ -62,7 +63,52 @@ CREATE TABLE IF NOT EXISTS events (
     kind TEXT NOT NULL,
     detail TEXT NOT NULL DEFAULT '{}'
 );
+CREATE TABLE IF NOT EXISTS rounds (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    gpus_in_use INTEGER NOT NULL,
+    jobs_running INTEGER NOT NULL,
+    jobs_pending INTEGER NOT NULL,
+    decisions TEXT NOT NULL DEFAULT '[]'
+);
+CREATE TABLE IF NOT EXISTS samples (
+    job TEXT NOT NULL REFERENCES jobs(name),
+    at REAL NOT NULL,
+    gpus INTEGER NOT NULL,
+    local_bsz INTEGER NOT NULL,
+    accum_steps INTEGER NOT NULL,
+    batch_size INTEGER NOT NULL,
+    goodput REAL,
+    efficiency REAL
+);
+CREATE INDEX IF NOT EXISTS samples_by_job ON samples (job, at);
 """
+# Tables are only ever added (CREATE ... IF NOT EXISTS) or given columns with defaults, so a state directory of an
+# earlier version opens as it is and simply has no history from before the upgrade.
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """One scheduling round as the dashboard shows it: what it decided and how busy the cluster was after it."""
+
+    at: float
+    gpus_in_use: int
+    jobs_running: int
+    jobs_pending: int
+    decisions: tuple[dict[str, Any], ...]  # {"job", "kind": start|resize|stop, "gpus_from", "gpus_to", "allocation"}
+
+
+@dataclass(frozen=True)
+class JobSample:
+    """A job's batch and goodput when its agent reported (m, s, M: per-GPU batch, accumulation steps, total)."""
+
+    at: float
+    gpus: int
+    local_bsz: int
+    accum_steps: int
+    batch_size: int
+    goodput: float | None
+    efficiency: float | None
 
 
 @dataclass(frozen=True)
@@ -232,6 +278,64 @@ class StateStore:
                 "report = excluded.report",
                 (name, now, json.dumps(report, sort_keys=True)),
             )
+
+    def record_sample(self, name: str, sample: JobSample) -> None:
+        """One point of the job's goodput/batch history (the service adds one per new agent report)."""
+        with self.transaction() as db:
+            self._status(db, name)
+            db.execute(
+                "INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    name,
+                    sample.at,
+                    sample.gpus,
+                    sample.local_bsz,
+                    sample.accum_steps,
+                    sample.batch_size,
+                    sample.goodput,
+                    sample.efficiency,
+                ),
+            )
+
+    def samples(self, name: str, limit: int = 2000) -> list[JobSample]:
+        """The job's last `limit` samples, oldest first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT * FROM (SELECT * FROM samples WHERE job = ? ORDER BY at DESC LIMIT ?) ORDER BY at",
+                (name, limit),
+            ).fetchall()
+        return [
+            JobSample(
+                r["at"], r["gpus"], r["local_bsz"], r["accum_steps"], r["batch_size"], r["goodput"], r["efficiency"]
+            )
+            for r in rows
+        ]
+
+    def record_round(self, record: RoundRecord) -> None:
+        with self.transaction() as db:
+            db.execute(
+                "INSERT INTO rounds (at, gpus_in_use, jobs_running, jobs_pending, decisions) VALUES (?, ?, ?, ?, ?)",
+                (
+                    record.at,
+                    record.gpus_in_use,
+                    record.jobs_running,
+                    record.jobs_pending,
+                    json.dumps(list(record.decisions)),
+                ),
+            )
+
+    def rounds(self, limit: int = 500) -> list[RoundRecord]:
+        """The last `limit` rounds, oldest first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT * FROM (SELECT * FROM rounds ORDER BY id DESC LIMIT ?) ORDER BY id", (limit,)
+            ).fetchall()
+        return [
+            RoundRecord(
+                r["at"], r["gpus_in_use"], r["jobs_running"], r["jobs_pending"], tuple(json.loads(r["decisions"]))
+            )
+            for r in rows
+        ]
 
     def report(self, name: str) -> dict[str, Any] | None:
         with self._lock:

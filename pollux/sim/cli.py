@@ -321,12 +321,13 @@ def simulate_command(
     _make_out_dir(out)
     console.print(note, soft_wrap=True)
     results = run_policies(names, inputs, config, processes, console)
-    paths = write_outputs(results, out)
-    where = f"{config.cluster.describe()} ({config.cluster.num_gpus} GPUs)"
+    where, num_gpus = f"{config.cluster.describe()} ({config.cluster.num_gpus} GPUs)", config.cluster.num_gpus
     if autoscale is not None:
         kind = config.cluster.groups[0]
         where = f"{autoscale.min_nodes}-{autoscale.max_nodes} × {kind.gpus_per_node} {kind.gpu_type} (autoscaled)"
+        num_gpus = autoscale.max_nodes * kind.gpus_per_node  # the most it may have
     title = f"{workload if not inputs.offline else 'generated workload'} on {where}"
+    paths = write_outputs(results, out, title, num_gpus)
     plain_console(width=max(console.width, 120)).print(summary_table(results, title))
     plots = ", ".join(p.name for p in paths if p.suffix == ".png")
-    console.print(f"Wrote {len(paths)} files to {out}/ — plots: {plots}", soft_wrap=True)
+    console.print(f"Wrote {len(paths)} files to {out}/ — plots: {plots}; open {out}/report.html", soft_wrap=True)

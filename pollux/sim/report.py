@@ -1,4 +1,5 @@
-"""What a simulation leaves behind: summary.json, per-policy job and timeline CSVs, and plots people look at."""
+"""What a simulation leaves behind: summary.json, per-policy job and timeline CSVs, plots people look at, and
+report.html, all of it in one page (`pollux.dashboard.simreport`)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ from pollux.sim.run import SimResult
 HOUR_S = 3600.0
 
 
-def write_outputs(results: Sequence[SimResult], out_dir: Path) -> list[Path]:
-    """Write summary.json, jobs-<policy>.csv, timeline-<policy>.csv and the plots (with autoscaling also
-    nodes-<policy>.csv and nodes-timeline.png); return the paths written."""
+def write_outputs(results: Sequence[SimResult], out_dir: Path, title: str = "", num_gpus: int = 0) -> list[Path]:
+    """Write summary.json, jobs-<policy>.csv, timeline-<policy>.csv, the plots (with autoscaling also
+    nodes-<policy>.csv and nodes-timeline.png) and report.html (titled `title`, on a cluster of `num_gpus`); return
+    the paths written."""
+    from pollux.dashboard.simreport import write_report
+
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     summary_path = out_dir / "summary.json"
@@ -29,6 +33,7 @@ def write_outputs(results: Sequence[SimResult], out_dir: Path) -> list[Path]:
     written.extend(plot(results, out_dir))
     if any(result.nodes for result in results):
         written.append(plot_nodes(results, out_dir / "nodes-timeline.png"))
+    written.append(write_report(results, out_dir, title or "simulation", num_gpus))
     return written
 
 

@@ -51,6 +51,8 @@ class SimResult:
     timeline: tuple[TimelinePoint, ...]
     summary: dict[str, float]
     wall_s: float
+    # per job, (time_s, GPUs, total batch size) at each round where either changed: the report's per-job timelines
+    job_timelines: Mapping[str, tuple[tuple[float, int, int], ...]] = field(default_factory=dict)
     nodes: tuple[NodePoint, ...] = ()  # the node count after every round, when autoscaling
 
 
@@ -184,6 +186,7 @@ def simulate(
     scheduler = Scheduler(policy, backend)
     interval_s = policy.round_s or config.interval_s  # a policy with rounds of its own (Gavel) keeps them
     timeline: list[TimelinePoint] = []
+    tracks: dict[str, list[tuple[float, int, int]]] = {}
     now = 0.0
     while not backend.all_done():
         if now > MAX_SIMULATED_S:
@@ -200,6 +203,7 @@ def simulate(
         for job in running:
             by_type[job.gpu_type] += job.num_gpus
         timeline.append(TimelinePoint(now, sum(by_type.values()), len(running), len(active) - len(running), by_type))
+        _track(tracks, active, now)
         if on_round is not None:
             on_round(now, sum(job.done for job in backend.jobs), len(backend.jobs))
     records = _records(backend, timeline, config)
@@ -207,7 +211,15 @@ def simulate(
     if elastic is not None:
         summary |= autoscale_summary(records, timeline, elastic)
     nodes = tuple(elastic.points) if elastic is not None else ()
-    return SimResult(policy.name, records, tuple(timeline), summary, time.perf_counter() - started, nodes)
+    return SimResult(
+        policy.name,
+        records,
+        tuple(timeline),
+        summary,
+        time.perf_counter() - started,
+        {name: tuple(points) for name, points in tracks.items()},
+        nodes,
+    )
 
 
 def autoscale_summary(
@@ -234,6 +246,15 @@ def autoscale_summary(
         "gpu_utilization": utilization,
         f"gpu_utilization_{elastic.start.gpu_types[0]}": utilization,
     }
+
+
+def _track(tracks: dict[str, list[tuple[float, int, int]]], active: Sequence[SimJob], now: float) -> None:
+    """Add a point to each active job's (time, GPUs, batch) track where its GPUs or batch changed this round."""
+    for job in active:
+        point = (now, job.num_gpus, job.batch_size() if job.allocation else 0)
+        track = tracks.setdefault(job.spec.name, [])
+        if not track or track[-1][1:] != point[1:]:
+            track.append(point)
 
 
 def _records(backend: SimBackend, timeline: Sequence[TimelinePoint], config: SimConfig) -> tuple[JobRecord, ...]:

@@ -1,0 +1,7 @@
+"""See the cluster: the live dashboard the runtime's own HTTP server serves, and the simulator's HTML report.
+
+Both pages share one look and one charting script (`static/`): hand-written SVG charts, no library and no build
+step. The dashboard is one HTML page (styles and scripts inlined, so nothing but the page and its JSON polls cross
+the wire) that polls the API every two seconds; the report is the same page kind with its data inlined, a single
+file that opens from disk.
+"""

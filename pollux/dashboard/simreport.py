@@ -1,0 +1,61 @@
+"""`report.html` of `pollux simulate --out DIR`: the run's comparison table and charts in one self-contained file.
+
+The data (summary per policy, JCTs, fairness, the cluster over time, each job's GPUs and batch over time) is
+inlined as JSON and drawn by the dashboard's own charting script, so the report looks like the dashboard and opens
+from disk without a network. The job shown first is the one whose GPUs or batch changed most often, summed over the
+policies: the job where elastic scheduling shows (any other is a click away).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pollux.dashboard.pages import report_page
+from pollux.sim.run import SimResult
+
+REPORT_FILE = "report.html"
+
+
+def _finite(value: float | None) -> float | None:
+    """JSON has no NaN: a metric that is undefined (no job finished) is null, shown as a dash."""
+    return None if value is None or not math.isfinite(value) else value
+
+
+def chosen_job(results: Sequence[SimResult]) -> str:
+    """The job with the most changes of GPUs or batch over all policies (ties: the first submitted)."""
+    names = [job.name for job in results[0].jobs] if results else []
+    changes = {name: sum(len(r.job_timelines.get(name, ())) for r in results) for name in names}
+    return max(names, key=lambda name: changes[name]) if names else ""
+
+
+def report_data(results: Sequence[SimResult], title: str, num_gpus: int) -> dict[str, Any]:
+    """What the report's script draws."""
+    policies = []
+    for result in results:
+        policies.append(
+            {
+                "policy": result.policy,
+                "summary": {key: _finite(value) for key, value in result.summary.items()},
+                "jct_s": [j.jct_s for j in result.jobs if j.jct_s is not None],
+                "fairness": [_finite(j.fairness) for j in result.jobs if j.fairness is not None],
+                "timeline": [[p.time_s, p.gpus_in_use, p.jobs_queued] for p in result.timeline],
+                "job_timelines": {name: [list(p) for p in points] for name, points in result.job_timelines.items()},
+                "finish_s": {j.name: j.finish_s for j in result.jobs},
+            }
+        )
+    return {
+        "title": title,
+        "num_gpus": num_gpus,
+        "policies": policies,
+        "job_names": [job.name for job in results[0].jobs] if results else [],
+        "chosen_job": chosen_job(results),
+    }
+
+
+def write_report(results: Sequence[SimResult], out_dir: Path, title: str, num_gpus: int) -> Path:
+    path = out_dir / REPORT_FILE
+    path.write_text(report_page(title, report_data(results, title, num_gpus)), encoding="utf-8")
+    return path

@@ -1,0 +1,231 @@
+// The live dashboard: polls the service's API (same origin, session cookie) and redraws without reloading.
+"use strict";
+(() => {
+  const POLL_MS = Number(document.body.dataset.pollMs || 1000);
+  const { lineChart, ago } = PolluxCharts;
+  const $ = (id) => document.getElementById(id);
+  const state = { sort: { key: "submitted_at", dir: 1 }, data: null, job: null, order: {} };
+  const jobColor = (name) => PolluxCharts.jobColor(state.order[name] ?? 0);
+
+  function make(tag, text, className) {
+    const node = document.createElement(tag);
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    if (className) node.className = className;
+    return node;
+  }
+  const clock = (t) => new Date(t * 1000).toLocaleTimeString([], { hour12: false });
+  function age(seconds) {
+    if (seconds < 120) return `${seconds.toFixed(0)}s`;
+    if (seconds < 7200) return `${(seconds / 60).toFixed(0)}m`;
+    return `${(seconds / 3600).toFixed(1)}h`;
+  }
+  const fixed = (v, digits) => (v === null || v === undefined ? "–" : Number(v).toFixed(digits));
+  const since = (now) => (t) => t - now;  // x axes: seconds relative to now
+  const TIME_AXIS = { xLabel: "time (0 = now)", xFormat: ago };
+
+  async function getJson(path) {
+    const response = await fetch(path, { credentials: "same-origin", cache: "no-store" });
+    if (response.status === 401) { window.location.replace("/ui/login"); throw new Error("logged out"); }
+    if (!response.ok) throw new Error(`${path}: ${response.status}`);
+    return response.json();
+  }
+
+  // -- cluster view: one row of GPU cells per node, coloured by the job holding each GPU ----------------------
+  function drawCluster(data) {
+    const holders = data.cluster.nodes.map(() => []);
+    for (const job of data.jobs) {
+      (job.allocation || []).forEach((count, node) => { for (let i = 0; i < count; i++) holders[node].push(job.name); });
+    }
+    const rows = data.cluster.nodes.map((node, n) => {
+      const row = make("div", null, "node");
+      row.dataset.node = n;
+      const label = data.cluster.typed ? `node ${n} · ${node.type}` : `node ${n}`;
+      row.appendChild(make("span", `${label}  ${holders[n].length}/${node.gpus}`, "label"));
+      const cells = make("div", null, "gpus");
+      for (let g = 0; g < node.gpus; g++) {
+        const name = holders[n][g];
+        const cell = make("div", null, name ? "gpu held" : "gpu");
+        if (name) {
+          cell.style.background = jobColor(name);
+          cell.title = `${name} (node ${n}, GPU ${g})`;
+          cell.dataset.job = name;
+          cell.textContent = name.slice(0, 3);
+          cell.onclick = () => openJob(name);
+        } else {
+          cell.title = `free (node ${n}, GPU ${g})`;
+        }
+        cells.appendChild(cell);
+      }
+      row.appendChild(cells);
+      return row;
+    });
+    $("cluster").replaceChildren(...rows);
+    const used = holders.reduce((sum, h) => sum + h.length, 0);
+    $("cluster-summary").textContent = `${used} of ${data.cluster.num_gpus} GPUs held, ${data.cluster.num_gpus - used} free`;
+    const legend = data.jobs.filter((j) => j.gpus > 0).map((j) => {
+      const item = make("span");
+      const swatch = make("span", null, "swatch");
+      swatch.style.background = jobColor(j.name);
+      item.append(swatch, `${j.name} (${j.gpus})`);
+      return item;
+    });
+    $("cluster-legend").replaceChildren(...legend);
+  }
+
+  // -- jobs table ------------------------------------------------------------------------------------------------
+  const COLUMNS = [
+    ["name", "job"], ["status", "status"], ["gpus", "GPUs", true], ["placement", "placement"],
+    ["local_bsz", "m", true], ["accum_steps", "s", true], ["batch_size", "M", true], ["goodput", "goodput", true],
+    ["efficiency", "efficiency", true], ["restarts", "restarts", true], ["age_s", "age", true], ["reason", "why it waits"],
+  ];
+
+  function note(job) {
+    if (job.reason) return job.reason;
+    const lines = (job.last_error || "").split("\n").filter((l) => l.trim());
+    return lines.length > 1 ? `${lines[0]}: ${lines[lines.length - 1]}` : lines[0] || "";
+  }
+
+  function cell(job, key) {
+    switch (key) {
+      case "name": {
+        const td = make("td");
+        const swatch = make("span", null, "swatch");
+        swatch.style.background = jobColor(job.name);
+        td.append(swatch, job.name);
+        return td;
+      }
+      case "status": { const td = make("td"); td.appendChild(make("span", job.status, `status ${job.status}`)); return td; }
+      case "placement": return make("td", job.placement.join("x") || "–");
+      case "goodput": return make("td", fixed(job.goodput, 1), "num");
+      case "efficiency": return make("td", fixed(job.efficiency, 2), "num");
+      case "age_s": return make("td", age(job.age_s), "num");
+      case "reason": return make("td", note(job), "note");
+      default: return make("td", job[key] === null || job[key] === undefined ? "–" : job[key], "num");
+    }
+  }
+
+  function drawJobs(data) {
+    const { key, dir } = state.sort;
+    const value = (job) => (key === "placement" ? job.placement.join("x") : job[key]);
+    const jobs = [...data.jobs].sort((a, b) => {
+      const x = value(a), y = value(b);
+      if (x === y) return a.name < b.name ? -1 : 1;
+      if (x === null || x === undefined) return 1;
+      if (y === null || y === undefined) return -1;
+      return (x < y ? -1 : 1) * dir;
+    });
+    const head = make("tr");
+    for (const [k, label, numeric] of COLUMNS) {
+      const th = make("th", label, `sortable${numeric ? " num" : ""}${k === key ? " sorted" + (dir > 0 ? " up" : "") : ""}`);
+      th.dataset.key = k;
+      th.onclick = () => { state.sort = { key: k, dir: k === key ? -dir : 1 }; drawJobs(state.data); };
+      head.appendChild(th);
+    }
+    const rows = jobs.map((job) => {
+      const tr = make("tr", null, "link");
+      tr.dataset.job = job.name;
+      for (const [k] of COLUMNS) tr.appendChild(cell(job, k));
+      tr.onclick = () => openJob(job.name);
+      return tr;
+    });
+    $("jobs-head").replaceChildren(head);
+    $("jobs-body").replaceChildren(...rows);
+    const counts = {};
+    for (const job of data.jobs) counts[job.status] = (counts[job.status] || 0) + 1;
+    $("jobs-summary").textContent = Object.entries(counts).map(([s, n]) => `${n} ${s}`).join(", ") || "no jobs yet";
+  }
+
+  // -- scheduler view -------------------------------------------------------------------------------------------
+  function drawScheduler(data) {
+    const lines = data.decisions.flatMap((round) => round.decisions.map((d) => {
+      const line = make("div", null, "decision");
+      line.append(make("span", clock(round.at), "at"), make("span", d.kind, `kind ${d.kind}`));
+      const what = d.kind === "start" ? `${d.job} on ${d.gpus_to} GPU(s)`
+        : d.kind === "stop" ? `${d.job} (held ${d.gpus_from})` : `${d.job} ${d.gpus_from} → ${d.gpus_to} GPU(s)`;
+      line.append(what);
+      return line;
+    }));
+    $("decisions").replaceChildren(...(lines.length ? lines : [make("div", "no decisions yet", "muted")]));
+    const points = data.utilization;
+    const x = since(data.now);
+    lineChart($("utilization"), [
+      { name: "GPUs in use", points: points.map((p) => [x(p[0]), p[1]]), step: true },
+      { name: "jobs running", points: points.map((p) => [x(p[0]), p[2]]), step: true },
+      { name: "jobs pending", points: points.map((p) => [x(p[0]), p[3]]), step: true },
+    ], { ...TIME_AXIS, yLabel: "count", title: "cluster utilization over time" });
+  }
+
+  // -- job page ---------------------------------------------------------------------------------------------------
+  function openJob(name) { window.location.hash = `job/${encodeURIComponent(name)}`; }
+
+  async function drawJob(name) {
+    const detail = await getJson(`/v1/dashboard/jobs/${encodeURIComponent(name)}`);
+    const job = detail.job, now = state.data ? state.data.now : job.submitted_at + job.age_s;
+    const x = since(now);
+    $("job-title").textContent = job.name;
+    $("job-summary").replaceChildren(
+      make("span", job.status, `status ${job.status}`),
+      ` ${job.gpus} GPU(s) ${job.placement.length ? "on " + job.placement.join("x") : ""} · batch M=${job.batch_size ?? "–"}` +
+      ` (m=${job.local_bsz ?? "–"}, s=${job.accum_steps ?? "–"}) · goodput ${fixed(job.goodput, 1)}` +
+      ` · efficiency ${fixed(job.efficiency, 2)} · ${job.restarts} restart(s) · age ${age(job.age_s)}` +
+      (note(job) ? ` · ${note(job)}` : ""));
+    const s = detail.samples;
+    lineChart($("job-goodput"), [{ name: "goodput", points: s.map((p) => [x(p[0]), p[5]]) }],
+      { ...TIME_AXIS, yLabel: "goodput", title: "goodput", empty: "no goodput model yet" });
+    lineChart($("job-efficiency"), [{ name: "statistical efficiency", points: s.map((p) => [x(p[0]), p[6]]) }],
+      { ...TIME_AXIS, yLabel: "efficiency", yMin: 0, yMax: 1, title: "statistical efficiency",
+        empty: "no gradient statistics yet" });
+    lineChart($("job-batch"), [
+      { name: "M (total)", points: s.map((p) => [x(p[0]), p[4]]), step: true },
+      { name: "m (per GPU)", points: s.map((p) => [x(p[0]), p[2]]), step: true },
+    ], { ...TIME_AXIS, yLabel: "batch size", title: "batch size", empty: "no report yet" });
+    const gpus = detail.allocations.map((p) => [x(p[0]), p[1]]);
+    if (gpus.length) gpus.push([0, gpus[gpus.length - 1][1]]);
+    lineChart($("job-gpus"), [{ name: "GPUs", points: gpus, step: true, color: jobColor(job.name) }],
+      { ...TIME_AXIS, yLabel: "GPUs", yMin: 0, title: "GPU count", empty: "never ran yet" });
+    const rows = detail.history.map((h) => {
+      const tr = make("tr");
+      tr.append(make("td", clock(h.at)), make("td", h.status), make("td", h.reason, "note"));
+      return tr;
+    });
+    $("job-history").replaceChildren(...rows);
+    const log = $("job-log");
+    const following = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;  // at the end: keep following it
+    log.textContent = detail.log_tail;
+    if (following) log.scrollTop = log.scrollHeight;
+  }
+
+  // -- loop -----------------------------------------------------------------------------------------------------------
+  function route() {
+    const match = window.location.hash.match(/^#job\/(.+)$/);
+    state.job = match ? decodeURIComponent(match[1]) : null;
+    $("overview").hidden = state.job !== null;
+    $("jobpage").hidden = state.job === null;
+  }
+
+  async function refresh() {
+    try {
+      const data = await getJson("/v1/dashboard");
+      state.data = data;
+      data.jobs.forEach((job, i) => { state.order[job.name] = i; });  // rows come in submission order
+      $("meta").textContent = `policy ${data.policy} · ${data.backend} · ${data.jobs.length} job(s) · round ${data.rounds_run} · updated ${clock(data.now)}`;
+      if (state.job === null) {
+        drawCluster(data);
+        drawJobs(data);
+        drawScheduler(data);
+      } else {
+        await drawJob(state.job);
+      }
+      if (!document.body.dataset.ready) { performance.mark("pollux-data-drawn"); document.body.dataset.ready = "1"; }
+      $("error").textContent = "";
+    } catch (error) {
+      $("error").textContent = `update failed: ${error.message}`;
+    }
+    window.setTimeout(refresh, POLL_MS);
+  }
+
+  window.addEventListener("hashchange", () => { route(); if (state.data && state.job === null) { drawCluster(state.data); drawJobs(state.data); drawScheduler(state.data); } else if (state.job) drawJob(state.job).catch(() => {}); });
+  $("back").onclick = () => { window.location.hash = ""; };
+  route();
+  refresh();
+})();

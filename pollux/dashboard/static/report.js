@@ -1,0 +1,69 @@
+// The simulator's report: every chart drawn from the data inlined in the page (it opens from disk, offline).
+"use strict";
+(() => {
+  const data = JSON.parse(document.getElementById("data").textContent);
+  const { lineChart, cdf, hours, PALETTE } = PolluxCharts;
+  const $ = (id) => document.getElementById(id);
+  const colorOf = Object.fromEntries(data.policies.map((p, i) => [p.policy, PALETTE[i % PALETTE.length]]));
+  const make = (tag, text, className) => {
+    const node = document.createElement(tag);
+    if (text !== undefined) node.textContent = String(text);
+    if (className) node.className = className;
+    return node;
+  };
+
+  $("meta").textContent = data.title;
+  const safe = (format) => (s) => { try { return format(s); } catch (error) { return "–"; } };  // null: undefined metric
+  const columns = [
+    ["avg JCT h", (s) => (s.avg_jct_s / 3600).toFixed(2)], ["median h", (s) => (s.median_jct_s / 3600).toFixed(2)],
+    ["p99 h", (s) => (s.p99_jct_s / 3600).toFixed(2)], ["makespan h", (s) => (s.makespan_s / 3600).toFixed(1)],
+    ["queue h", (s) => (s.avg_queueing_s / 3600).toFixed(2)], ["GPU util", (s) => `${(s.gpu_utilization * 100).toFixed(0)}%`],
+    ["restarts", (s) => s.avg_restarts.toFixed(1)], ["ρ>1", (s) => `${(s.unfair_share * 100).toFixed(0)}%`],
+    ["worst ρ", (s) => s.worst_fairness.toFixed(1)], ["jobs done", (s) => `${s.jobs_finished}/${s.jobs}`],
+  ];
+  const head = make("tr");
+  head.appendChild(make("th", "policy"));
+  for (const [label] of columns) head.appendChild(make("th", label, "num"));
+  $("summary-head").appendChild(head);
+  const ranked = [...data.policies].sort((a, b) => a.summary.avg_jct_s - b.summary.avg_jct_s);
+  for (const p of ranked) {
+    const tr = make("tr");
+    const name = make("td");
+    const swatch = make("span", undefined, "swatch");
+    swatch.style.background = colorOf[p.policy];
+    name.append(swatch, p.policy);
+    tr.appendChild(name);
+    for (const [, format] of columns) tr.appendChild(make("td", safe(format)(p.summary), "num"));
+    $("summary-body").appendChild(tr);
+  }
+
+  const per = (f) => data.policies.map((p) => ({ name: p.policy, color: colorOf[p.policy], step: true, points: f(p) }));
+  lineChart($("jct-cdf"), per((p) => cdf(p.jct_s.map(hours))),
+    { logX: true, xLabel: "job completion time (hours, log scale)", yLabel: "fraction of jobs", yMin: 0, yMax: 1, title: "JCT CDF" });
+  lineChart($("fairness"), per((p) => cdf(p.fairness)),
+    { logX: true, xLabel: "ρ = JCT / JCT alone on a fair share (log scale; > 1: worse off)", yLabel: "fraction of jobs",
+      yMin: 0, yMax: 1, title: "finish-time fairness CDF" });
+  lineChart($("gpus-in-use"), per((p) => p.timeline.map((t) => [hours(t[0]), t[1]])),
+    { xLabel: "simulated time (hours)", yLabel: "GPUs in use", yMin: 0, yMax: data.num_gpus, title: "GPUs in use" });
+  lineChart($("queued"), per((p) => p.timeline.map((t) => [hours(t[0]), t[2]])),
+    { xLabel: "simulated time (hours)", yLabel: "jobs queued", yMin: 0, title: "jobs queued" });
+
+  function drawJob(name) {
+    const track = (p, i) => {
+      // no batch while it waits: a gap, not a drop to zero
+      const points = (p.job_timelines[name] || []).map((t) => [hours(t[0]), i === 2 && t[1] === 0 ? null : t[i]]);
+      const finish = p.finish_s[name];
+      if (points.length && finish !== undefined && finish !== null) {
+        points.push([hours(finish), i === 1 ? 0 : points[points.length - 1][1]]);  // GPUs drop to 0 at the finish
+      }
+      return points;
+    };
+    lineChart($("job-gpus"), per((p) => track(p, 1)), { xLabel: "simulated time (hours)", yLabel: "GPUs", yMin: 0, title: `${name}: GPUs` });
+    lineChart($("job-batch"), per((p) => track(p, 2)), { xLabel: "simulated time (hours)", yLabel: "total batch size", yMin: 0, title: `${name}: batch size` });
+  }
+  for (const name of data.job_names) $("job-choice").appendChild(make("option", name));
+  $("job-choice").value = data.chosen_job;
+  $("job-choice").onchange = (event) => drawJob(event.target.value);
+  drawJob(data.chosen_job);
+  document.body.dataset.ready = "1";
+})();
