@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from pollux.autoscale import moved_allocation
 from pollux.cluster import Allocation, Cluster, num_nodes_used, placement
 from pollux.engine import Decision
 from pollux.errors import SpecError
@@ -404,6 +405,20 @@ class SimBackend:
             },
             single_gpu_throughput_by_type=self._speeds[job.spec.application],
         )
+
+    def resize(self, cluster: Cluster, kept: Sequence[int], now: float) -> None:
+        """Run on `cluster` from `now`: the old nodes `kept` (in order) become its first nodes, the rest are new.
+        A job that held GPUs on a node not kept stops here, at a round's boundary (`pollux.sim.nodes`)."""
+        for job in self.jobs:
+            if job.done or not job.allocation:
+                job.allocation = ()
+                continue
+            moved = moved_allocation(job.allocation, kept, cluster.num_nodes)
+            if sum(moved) == 0:
+                job.reallocate(moved, now, self.restart_delay_s)
+            else:
+                job.allocation = moved
+        self._cluster = cluster
 
     def apply(self, decisions: Sequence[Decision], now: float) -> None:
         for decision in decisions:

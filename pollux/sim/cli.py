@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pollux.autoscale import AutoscaleSettings
 from pollux.cluster import DEFAULT_GPU_TYPE, Cluster
 from pollux.cluster_spec import DEFAULT_PRESET, PRESETS, load_cluster
 from pollux.console import plain_console
@@ -192,8 +193,32 @@ def chosen_cluster(cluster: str | None, nodes: int | None, gpus_per_node: int | 
     return load_cluster(cluster)
 
 
+def chosen_autoscale(
+    cluster: Cluster, min_nodes: int | None, max_nodes: int | None, boot_time: int
+) -> AutoscaleSettings | None:
+    """Autoscaling between `--min-nodes` (default 1) and `--max-nodes` (default the cluster's nodes) when either is
+    given; None (a fixed cluster) otherwise. Refused before anything starts: a maximum below the minimum, a cluster
+    of several GPU types, and `--boot-time` without autoscaling."""
+    if min_nodes is None and max_nodes is None:
+        if boot_time:
+            raise PolluxError("--boot-time applies to autoscaled clusters: add --min-nodes/--max-nodes, or drop it")
+        return None
+    if cluster.heterogeneous:
+        raise PolluxError(
+            f"--min-nodes/--max-nodes autoscale a cluster of one GPU type; {cluster.describe()} has "
+            f"{len(cluster.gpu_types)}: pick a one-type --cluster, or --nodes/--gpus-per-node"
+        )
+    low = 1 if min_nodes is None else min_nodes
+    high = max_nodes if max_nodes is not None else cluster.num_nodes
+    if high < low:
+        given = f"--max-nodes {high}" if max_nodes is not None else f"--max-nodes (default: the cluster's {high} nodes)"
+        raise PolluxError(f"{given} is below --min-nodes {low}; give --max-nodes >= --min-nodes")
+    return AutoscaleSettings(low, high)
+
+
 def summary_table(results: list[SimResult], title: str) -> Table:
     table = Table(title=title)
+    autoscaled = any("node_hours" in r.summary for r in results)
     columns = (
         "policy",
         "avg JCT h",
@@ -205,6 +230,7 @@ def summary_table(results: list[SimResult], title: str) -> Table:
         "restarts",
         "ρ>1",
         "worst ρ",
+        *(("node-h", "nodes") if autoscaled else ()),
         "wall s",
     )
     for name in columns:
@@ -225,6 +251,7 @@ def summary_table(results: list[SimResult], title: str) -> Table:
             f"{s['avg_restarts']:.1f}",
             f"{s['unfair_share']:.0%}",
             f"{s['worst_fairness']:.1f}",
+            *((f"{s.get('node_hours', 0.0):.0f}", f"{s.get('nodes_mean', 0.0):.1f}") if autoscaled else ()),
             f"{r.wall_s:.1f}",
         )
     return table
@@ -264,6 +291,17 @@ def simulate_command(
     ] = 0,
     out: Annotated[Path, typer.Option(help="Folder for summary.json, CSVs and plots.")] = Path("results/simulate"),
     processes: Annotated[int, typer.Option(help="Policies simulated at once.", callback=bounds(1))] = 2,
+    min_nodes: Annotated[
+        int | None,
+        typer.Option(help="Autoscale: fewest nodes (default 1 when --max-nodes is given).", callback=bounds(1)),
+    ] = None,
+    max_nodes: Annotated[
+        int | None,
+        typer.Option(help="Autoscale: most nodes (default the cluster's nodes).", callback=bounds(1)),
+    ] = None,
+    boot_time: Annotated[
+        int, typer.Option(help="Autoscale: seconds before a node added can be used.", callback=bounds(0))
+    ] = 0,
     data_dir: Annotated[Path | None, typer.Option(help="Artifact data folder.")] = None,
 ) -> None:
     """Replay a workload under each policy and compare them: table on screen, files in --out."""
@@ -271,7 +309,9 @@ def simulate_command(
     from pollux.sim.report import write_outputs
 
     console = plain_console()
-    config = SimConfig(chosen_cluster(cluster, nodes, gpus_per_node), interval, restart_delay, interference)
+    chosen = chosen_cluster(cluster, nodes, gpus_per_node)
+    autoscale = chosen_autoscale(chosen, min_nodes, max_nodes, boot_time)
+    config = SimConfig(chosen, interval, restart_delay, interference, autoscale, float(boot_time))
     names = policy or default_policies(config.cluster)
     unknown = [n for n in names if n not in POLICIES]
     if unknown:
@@ -281,11 +321,13 @@ def simulate_command(
     _make_out_dir(out)
     console.print(note, soft_wrap=True)
     results = run_policies(names, inputs, config, processes, console)
-    title = (
-        f"{workload if not inputs.offline else 'generated workload'} on {config.cluster.describe()} "
-        f"({config.cluster.num_gpus} GPUs)"
-    )
-    paths = write_outputs(results, out, title, config.cluster.num_gpus)
+    where, num_gpus = f"{config.cluster.describe()} ({config.cluster.num_gpus} GPUs)", config.cluster.num_gpus
+    if autoscale is not None:
+        kind = config.cluster.groups[0]
+        where = f"{autoscale.min_nodes}-{autoscale.max_nodes} × {kind.gpus_per_node} {kind.gpu_type} (autoscaled)"
+        num_gpus = autoscale.max_nodes * kind.gpus_per_node  # the most it may have
+    title = f"{workload if not inputs.offline else 'generated workload'} on {where}"
+    paths = write_outputs(results, out, title, num_gpus)
     plain_console(width=max(console.width, 120)).print(summary_table(results, title))
     plots = ", ".join(p.name for p in paths if p.suffix == ".png")
     console.print(f"Wrote {len(paths)} files to {out}/ — plots: {plots}; open {out}/report.html", soft_wrap=True)

@@ -94,3 +94,21 @@ def summarize(
         "unfair_share": float(np.mean(fairness > 1.0)) if fairness.size else float("nan"),
         "worst_fairness": float(fairness.max()) if fairness.size else float("nan"),
     }
+
+
+def billing_window(jobs: Sequence[JobRecord]) -> tuple[float, float]:
+    """The span a cluster is paid for when comparing cluster sizes: first submission to last completion."""
+    start = min((j.submit_s for j in jobs), default=0.0)
+    end = max((j.finish_s for j in jobs if j.finish_s is not None), default=start)
+    return start, end
+
+
+def node_hours(steps: Sequence[tuple[float, int]], start_s: float, end_s: float) -> float:
+    """∫ nodes dt over [start_s, end_s] in node-hours, for the node count that holds `nodes` from each `time_s` of
+    `steps` (ascending) until the next; the first step also covers any time before it."""
+    total = 0.0
+    for i, (time_s, nodes) in enumerate(steps):
+        begin = start_s if i == 0 else max(time_s, start_s)
+        finish = min(steps[i + 1][0], end_s) if i + 1 < len(steps) else end_s
+        total += nodes * max(finish - begin, 0.0)
+    return total / 3600

@@ -14,8 +14,9 @@ HOUR_S = 3600.0
 
 
 def write_outputs(results: Sequence[SimResult], out_dir: Path, title: str = "", num_gpus: int = 0) -> list[Path]:
-    """Write summary.json, jobs-<policy>.csv, timeline-<policy>.csv, the plots and report.html (titled `title`, on a
-    cluster of `num_gpus`); return the paths written."""
+    """Write summary.json, jobs-<policy>.csv, timeline-<policy>.csv, the plots (with autoscaling also
+    nodes-<policy>.csv and nodes-timeline.png) and report.html (titled `title`, on a cluster of `num_gpus`); return
+    the paths written."""
     from pollux.dashboard.simreport import write_report
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -27,7 +28,11 @@ def write_outputs(results: Sequence[SimResult], out_dir: Path, title: str = "", 
     for result in results:
         written.append(_write_csv(out_dir / f"jobs-{result.policy}.csv", [j.as_row() for j in result.jobs]))
         written.append(_write_csv(out_dir / f"timeline-{result.policy}.csv", [p.as_row() for p in result.timeline]))
+        if result.nodes:
+            written.append(_write_csv(out_dir / f"nodes-{result.policy}.csv", [p.as_row() for p in result.nodes]))
     written.extend(plot(results, out_dir))
+    if any(result.nodes for result in results):
+        written.append(plot_nodes(results, out_dir / "nodes-timeline.png"))
     written.append(write_report(results, out_dir, title or "simulation", num_gpus))
     return written
 
@@ -116,6 +121,32 @@ def plot_gpu_hours_by_type(results: Sequence[SimResult], path: Path) -> Path:
     axes[0][0].set_ylabel("GPU-hours per job")
     axes[0][0].legend(title="GPU type", loc="upper left")
     fig.suptitle("Where each model ran: GPU-hours per job by GPU type")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_nodes(results: Sequence[SimResult], path: Path) -> Path:
+    """Nodes billed (booting included) and ready over time, per autoscaled policy, above the GPUs it kept busy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    for result in (r for r in results if r.nodes):
+        hours = [p.time_s / HOUR_S for p in result.nodes]
+        (line,) = top.step(hours, [p.nodes_billed for p in result.nodes], where="post", label=result.policy, lw=1)
+        top.step(hours, [p.nodes_ready for p in result.nodes], where="post", color=line.get_color(), lw=1, ls=":")
+        bottom.plot([p.time_s / HOUR_S for p in result.timeline], [p.gpus_in_use for p in result.timeline], lw=1)
+    top.set_ylabel("nodes (solid: billed, dotted: ready)")
+    bottom.set_ylabel("GPUs in use")
+    bottom.set_xlabel("simulated time (hours)")
+    top.set_title("Autoscaled cluster over time")
+    top.legend(loc="upper right")
+    for axis in (top, bottom):
+        axis.grid(True, alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

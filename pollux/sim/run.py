@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from pollux.autoscale import AutoscaleSettings
 from pollux.cluster import Cluster
 from pollux.data.philly import philly_service_samples
 from pollux.engine import Scheduler
@@ -19,7 +20,8 @@ from pollux.policies.placement import packed_placement
 from pollux.policies.registry import Input, PolicySettings, make_policy
 from pollux.sim.backend import SimBackend, SimJob, SimJobSpec
 from pollux.sim.jobmodel import JobModel, accumulated_step_time
-from pollux.sim.metrics import JobRecord, TimelinePoint, summarize
+from pollux.sim.metrics import JobRecord, TimelinePoint, billing_window, node_hours, summarize
+from pollux.sim.nodes import ElasticNodes, NodePoint
 from pollux.sim.typed import TypedJobModel
 from pollux.sim.workload import WorkloadJob
 
@@ -30,12 +32,16 @@ MAX_SIMULATED_S = 60 * 24 * 3600  # a run longer than 60 simulated days means a 
 
 @dataclass(frozen=True)
 class SimConfig:
-    """Knobs of a simulated run (docs/design.md, "Simulated jobs")."""
+    """Knobs of a simulated run (docs/design.md, "Simulated jobs"). With `autoscale`, the cluster's one kind of
+    node is grown and shrunk between rounds within its bounds (`pollux.sim.nodes`), starting at the minimum, and a
+    node asked for is usable `boot_time_s` later (the artifact's simulator: at once)."""
 
     cluster: Cluster = field(default_factory=Cluster)
     interval_s: int = 60
     restart_delay_s: int = 30
     interference: float = 0.0
+    autoscale: AutoscaleSettings | None = None
+    boot_time_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,7 @@ class SimResult:
     wall_s: float
     # per job, (time_s, GPUs, total batch size) at each round where either changed: the report's per-job timelines
     job_timelines: Mapping[str, tuple[tuple[float, int, int], ...]] = field(default_factory=dict)
+    nodes: tuple[NodePoint, ...] = ()  # the node count after every round, when autoscaling
 
 
 def job_specs(
@@ -163,8 +170,12 @@ def simulate(
 ) -> SimResult:
     """Replay `rows` under `policy`. `on_round(now, finished, total)` reports progress after every round."""
     started = time.perf_counter()
+    elastic = None
+    if config.autoscale is not None:
+        elastic = ElasticNodes(config.cluster, config.autoscale, config.boot_time_s)
+        config = replace(config, cluster=elastic.largest)  # what jobs must fit in, and fair shares are taken of
     backend = SimBackend(
-        config.cluster,
+        config.cluster if elastic is None else elastic.start,
         job_specs(rows, policy, models, config.cluster),
         models,
         restart_delay_s=config.restart_delay_s,
@@ -183,6 +194,8 @@ def simulate(
             raise SimulationError(f"{policy.name}: jobs {stuck} still unfinished after 60 simulated days")
         backend.advance(now, interval_s)
         now += interval_s
+        if elastic is not None:
+            elastic.round(backend, policy, now)
         scheduler.step(now)
         active = backend.active(now)
         running = [job for job in active if job.allocation]
@@ -194,14 +207,45 @@ def simulate(
         if on_round is not None:
             on_round(now, sum(job.done for job in backend.jobs), len(backend.jobs))
     records = _records(backend, timeline, config)
+    summary = summarize(records, timeline, {t: config.cluster.gpus_of_type(t) for t in config.cluster.gpu_types})
+    if elastic is not None:
+        summary |= autoscale_summary(records, timeline, elastic)
+    nodes = tuple(elastic.points) if elastic is not None else ()
     return SimResult(
         policy.name,
         records,
         tuple(timeline),
-        summarize(records, timeline, {t: config.cluster.gpus_of_type(t) for t in config.cluster.gpu_types}),
+        summary,
         time.perf_counter() - started,
         {name: tuple(points) for name, points in tracks.items()},
+        nodes,
     )
+
+
+def autoscale_summary(
+    records: Sequence[JobRecord], timeline: Sequence[TimelinePoint], elastic: ElasticNodes
+) -> dict[str, float]:
+    """What an autoscaled run adds to the summary: `node_hours` (nodes billed, booting included, from the first
+    submission to the last completion), their time-weighted mean and maximum, the searches that resized, and GPU
+    utilization over the GPUs ready each round instead of a fixed total."""
+    points = elastic.points
+    steps = [(0.0, elastic.start.num_nodes)] + [(p.time_s, p.nodes_billed) for p in points]
+    start, end = billing_window(records)
+    hours = node_hours(steps, start, end)
+    per_node = elastic.start.groups[0].gpus_per_node
+    busy = [
+        t.gpus_in_use / (p.nodes_ready * per_node)
+        for t, p in zip(timeline, points, strict=True)
+        if t.jobs_running + t.jobs_queued > 0
+    ]
+    utilization = float(np.mean(busy)) if busy else 0.0
+    return {
+        "node_hours": hours,
+        "nodes_mean": hours * 3600 / (end - start) if end > start else float(elastic.start.num_nodes),
+        "nodes_max": float(max((n for _, n in steps), default=0)),
+        "gpu_utilization": utilization,
+        f"gpu_utilization_{elastic.start.gpu_types[0]}": utilization,
+    }
 
 
 def _track(tracks: dict[str, list[tuple[float, int, int]]], active: Sequence[SimJob], now: float) -> None:
