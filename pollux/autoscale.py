@@ -93,11 +93,15 @@ class AutoscaleSettings:
     idle_to_minimum: bool = False  # with no active job, hold each type's minimum at once (module docstring)
 
     @classmethod
-    def per_type(cls, node_types: Sequence[NodeType], **knobs: float | int | bool) -> AutoscaleSettings:
-        """Settings that hold each of `node_types` within its own bounds."""
+    def per_type(
+        cls, node_types: Sequence[NodeType], *, window_rounds: int = WINDOW_ROUNDS, idle_to_minimum: bool = False
+    ) -> AutoscaleSettings:
+        """Settings that hold each of `node_types` within its own bounds (the artifact's band)."""
         low = sum(n.min_nodes for n in node_types)
         high = sum(n.max_nodes for n in node_types)
-        return cls(low, high, node_types=tuple(node_types), **knobs)  # type: ignore[arg-type]
+        return cls(
+            low, high, window_rounds=window_rounds, node_types=tuple(node_types), idle_to_minimum=idle_to_minimum
+        )
 
     def __post_init__(self) -> None:
         if not self.node_types and self.min_nodes < 1:
@@ -142,9 +146,10 @@ class AutoscaleSettings:
         else:
             group = cluster.groups[0]
             found = {group.gpu_type: NodeType(group.gpu_type, group.gpus_per_node, self.min_nodes, self.max_nodes)}
-        for group in cluster.groups if cluster is not None else ():
+        groups = cluster.groups if cluster is not None else ()
+        for group in groups:
             if group.gpu_type not in found:
-                count = len(cluster.nodes_of_type(group.gpu_type))  # type: ignore[union-attr]
+                count = sum(g.num_nodes for g in groups if g.gpu_type == group.gpu_type)
                 found[group.gpu_type] = NodeType(group.gpu_type, group.gpus_per_node, count, count)
         return dict(sorted(found.items()))
 
@@ -211,12 +216,14 @@ def resized(
     sources: list[int | None] = []
     sizes: list[tuple[str, int]] = []
     order = release_order(cluster, allocations) if cluster is not None else []
+    node_types = cluster.node_types if cluster is not None else ()
+    node_gpus = cluster.node_gpus if cluster is not None else ()
     for gpu_type, node in bounds.items():
-        present = [n for n in order if cluster is not None and cluster.node_types[n] == gpu_type]
+        present = [n for n in order if node_types[n] == gpu_type]
         gone = set(present[: max(len(present) - counts[gpu_type], 0)])
         kept = sorted(n for n in present if n not in gone)
         sources += [*kept, *([None] * (counts[gpu_type] - len(kept)))]
-        sizes += [(gpu_type, cluster.node_gpus[n]) for n in kept]  # type: ignore[union-attr]
+        sizes += [(gpu_type, node_gpus[n]) for n in kept]
         sizes += [(gpu_type, node.gpus_per_node)] * (counts[gpu_type] - len(kept))
     groups: list[NodeGroup] = []
     for gpu_type, gpus in sizes:

@@ -14,6 +14,7 @@ from pollux.autoscale import (
     cluster_utility,
     kept_nodes,
     moved_allocation,
+    moved_to,
     release_order,
     resized,
     search_nodes,
@@ -120,6 +121,16 @@ def on(counts, jobs=(), policy="fifo"):
 
 def pinned(name, gpu_type, gpus=2, submit=0.0):
     return replace(view(name, (), submit), gpu_types=(gpu_type,), requested_gpus=gpus, max_gpus=gpus)
+
+
+def test_resizing_one_type_keeps_the_others_nodes_and_gives_back_its_free_nodes_first():
+    cluster, _ = on({"a100": 2, "rtx": 3})
+    jobs = [(1, 0, 0, 1, 0), (0, 0, 2, 0, 0)]  # on a100 node 0 and rtx nodes 2 and 3; nodes 1 and 4 free
+    candidate, sources = resized(cluster, jobs, typed().bounds(cluster), {"a100": 1, "rtx": 4})
+    assert candidate.describe() == "1×2 a100 + 4×2 rtx" and sources == [0, 2, 3, 4, None]
+    smaller, sources = resized(cluster, jobs, typed().bounds(cluster), {"a100": 2, "rtx": 1})
+    assert smaller.describe() == "2×2 a100 + 1×2 rtx" and sources == [0, 1, 2]  # rtx keeps its busiest node
+    assert [moved_to(job, sources) for job in jobs] == [(0, 0, 0), (0, 0, 2)]  # the job on node 3 stops, whole
 
 
 def test_each_types_node_count_stays_within_its_own_bounds_round_after_round():
