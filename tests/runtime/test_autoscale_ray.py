@@ -162,7 +162,7 @@ def test_jobs_make_pollux_request_nodes_of_the_type_it_prefers_and_release_them(
         state,
         *("--backend", "ray", "--ray-address", cluster.address, "--gpu-resource", RESOURCE, "--autoscale"),
         *("--node-type", "a100:2:0:2", "--node-type", "rtx:2:0:2"),
-        *("--interval", "1", "--restart-delay", "1", "--stop-grace", "30"),
+        *("--interval", "1", "--restart-delay", "1", "--stop-grace", "30", "--autoscale-window", "5"),
     )
     store = StateStore(state / "state.db")
     try:
@@ -204,6 +204,7 @@ def test_bad_autoscale_input_is_one_line_and_starts_nothing(tmp_path):
         (("--backend", "ray", "--autoscale", "--node-type", "a100:2:3:1"), "the maximum 1 is below the minimum 3"),
         (("--autoscale", "--node-type", "a100:2:0:1"), "--autoscale needs the Ray backend"),
         (("--backend", "ray", "--autoscale"), "--autoscale needs the node types"),
+        (("--autoscale-window", "5"), "--autoscale-window is for --autoscale"),
     ]:
         result = pollux("up", "--state-dir", str(tmp_path / "state"), *args, check=False, timeout=60)
         assert result.returncode == 2 and message in result.stderr, result.stderr
