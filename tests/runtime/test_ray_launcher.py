@@ -208,6 +208,27 @@ def test_gpus_held_by_another_job_make_a_launch_time_out(jobs: Jobs) -> None:
     assert len(live_placement_groups()) == 1  # the late job's group is gone, the holder's stays
 
 
+def test_a_node_that_failed_a_reservation_is_refused_and_left_out_of_the_pool_for_a_while(
+    jobs: Jobs, launcher: RayLauncher
+) -> None:
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    first, second = launcher.node_ids
+    outsider = placement_group([{RESOURCE: 2}], bundle_label_selector=[{"ray.io/node-id": second}])  # not ours
+    try:
+        assert outsider.wait(30)
+        wary = RayLauncher(gpu_resource=RESOURCE, stop_grace_s=0.5, placement_timeout_s=2)  # its own quarantines
+        with pytest.raises(LaunchError, match="could not reserve"):
+            wary.launch(jobs.request("blocked", ("true",), (0, 1)))
+        with pytest.raises(LaunchError, match="failed a reservation lately") as refused:  # no second wait
+            wary.launch(jobs.request("blocked", ("true",), (0, 1)))
+        assert refused.value.transient
+        assert wary.refresh() == {0: 0} and wary.node_ids == [first]  # the autoscaled pool leaves it out
+        wary.shutdown()
+    finally:
+        remove_placement_group(outsider)
+
+
 def test_a_launch_waiting_for_gpus_does_not_block_the_other_jobs(jobs: Jobs) -> None:
     jobs.start("holder", TERM_WAITER, (2, 0))
     wait_for(lambda: (jobs.tmp_path / "ready-1").exists(), 30, "the holder's workers")
