@@ -20,12 +20,14 @@ Assumptions and guarantees:
 * An actor that dies under a running worker (it was killed) counts as a crash with code 137 (`EXIT_LOST`,
   "killed"), so the scheduler retries the job from its last checkpoint.
 * A node lost under a running group (Ray declared it dead) is not the job's crash: the group's code is then
-  `EXIT_NODE_LOST`, whatever its other workers exited with, and the scheduler resumes the job from its last
-  checkpoint on nodes that are alive. A lost node never blocks the caller long: a poll waits at most
-  `_POLL_WAIT_S` for the actors' answers, a reservation looks every `_RESERVE_SLICE_S` whether its nodes are still
-  alive and gives up after the placement timeout; a node that failed a reservation (and where no group of ours
-  holds GPUs: then it is merely busy) is left out of the pool, and refused, for `_QUARANTINE_S` or until Ray
-  declares it dead, unless a group of ours runs on it.
+  `EXIT_NODE_LOST`, whatever its other workers exited with (a rank whose peer vanished fails in its next
+  collective, often before Ray's health checks declare the node dead: a crashed group with an actor that died or
+  did not answer waits, still "running", up to `_VERDICT_WAIT_S` for Ray's word), and the scheduler resumes the job
+  from its last checkpoint on nodes that are alive. A lost node never blocks the caller long: a poll waits at most
+  `_POLL_WAIT_S` for the actors' answers and a kill `_KILL_ANSWER_S`; a reservation looks every
+  `_RESERVE_SLICE_S` whether its nodes are still alive and gives up after the placement timeout; a node that
+  failed a reservation (and where no group of ours holds GPUs: then it is merely busy) is left out of the pool,
+  and refused, for `_QUARANTINE_S` or until Ray declares it dead, unless a group of ours runs on it.
 * Each node's GPU type comes from Ray: a resource named in `gpu_type_resources` (`--gpu-type-resource
   RESOURCE=TYPE`), else the node's `ray.io/accelerator-type` label, else its `accelerator_type:<NAME>` resource (Ray
   sets both on nodes with GPUs it recognises), in the short names of `pollux.runtime.gpu_types`; else "gpu". The
@@ -51,7 +53,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -82,12 +84,13 @@ ACCELERATOR_LABEL = "ray.io/accelerator-type"  # the label Ray gives a node whos
 ACCELERATOR_RESOURCE_PREFIX = "accelerator_type:"  # Ray's resource naming a node's GPU model (1 per node)
 GROUP_PREFIX = "pollux-"  # a job's placement group is GROUP_PREFIX + job; its actors GROUP_PREFIX + job-rank
 _ACTOR_CALL_TIMEOUT_S = 120.0  # starting a worker actor means starting a Python process on a possibly busy node
-_POLL_TIMEOUT_S = 30.0  # how long a kill waits for the actors' answers; one not in by then is taken as killed
 _POLL_WAIT_S = 2.0  # how long a poll waits for the actors' answers; one not in by then is asked again next poll
 _ALIVE_TTL_S = 1.0  # how long Ray's list of alive nodes is reused (each poll of each running job reads it)
 _RESERVE_SLICE_S = 1.0  # a reservation looks this often whether its nodes are still alive
 _QUARANTINE_S = 60.0  # a node that failed a reservation is left out this long, unless Ray declares it dead sooner
+_VERDICT_WAIT_S = 30.0  # how long a crashed group with an unreachable actor waits for Ray to declare its node dead
 _KILL_WAIT_S = 2.0  # how long an actor waits for its SIGKILLed worker to be collected
+_KILL_ANSWER_S = 2 * _KILL_WAIT_S + 1.0  # how long a kill waits for the actors' answers; one not in is unreachable
 _REMOVAL_POLL_S = 0.2  # how often a launch looks whether a previous driver's group of the job is gone
 
 
@@ -244,6 +247,8 @@ class _Group:
     exit: GroupExit
     node_ids: list[str]  # the Ray node of each rank (a node that left the pool has no pool index any more)
     code: int | None = None  # the group's exit code once settled: `exit`'s, or EXIT_NODE_LOST
+    unreachable: set[int] = field(default_factory=set)  # ranks whose actors died or did not answer a kill
+    crashed_at: float | None = None  # when its workers had all exited with a crash (monotonic)
 
     def running(self) -> bool:
         return self.exit.running()
@@ -601,17 +606,35 @@ class RayLauncher:
         with self._lock:
             group = self._group(job)
             if group.code is None:
-                self._collect(group)
-                if group.exit.crash_code is not None and group.running():
-                    self._kill_workers(group)
+                if group.running():
+                    self._collect(group)
+                    if group.exit.crash_code is not None and group.running():
+                        self._kill_workers(group)
                 code = group.exit.settle()
                 if code is not None and code != 0 and code != EXIT_STOPPED:
-                    lost = sorted(set(group.node_ids) - self._alive_ids(fresh=True))
-                    if lost:
-                        LOG.warning("job %s: Ray node(s) %s lost under its workers", job, ", ".join(lost))
-                        code = EXIT_NODE_LOST
+                    code = self._verdict(job, group, code)
                 group.code = code
             return group.code
+
+    def _verdict(self, job: str, group: _Group, code: int) -> int | None:
+        """A crashed group's code: `EXIT_NODE_LOST` if Ray lists one of its nodes dead. Where an actor died or did
+        not answer (its node may be lost, and a sibling crashed first because its peer vanished) but Ray still lists
+        every node alive, None (still running) until Ray declares the node dead or `_VERDICT_WAIT_S` has passed."""
+        lost = sorted(set(group.node_ids) - self._alive_ids(fresh=group.crashed_at is None))
+        if lost:
+            LOG.warning("job %s: Ray node(s) %s lost under its workers", job, ", ".join(lost))
+            return EXIT_NODE_LOST
+        if group.crashed_at is None:
+            group.crashed_at = time.monotonic()
+            if group.unreachable:
+                LOG.info(
+                    "job %s: crashed with unreachable rank(s) %s; waiting for Ray's word on their nodes",
+                    job,
+                    sorted(group.unreachable),
+                )
+        if group.unreachable and time.monotonic() - group.crashed_at < _VERDICT_WAIT_S:
+            return None
+        return code
 
     def stop(self, job: str) -> None:
         """Ask each actor to SIGTERM its worker; returns without waiting for them."""
@@ -682,6 +705,7 @@ class RayLauncher:
                 continue  # a transient hiccup: ask again at the next poll
             if isinstance(answer, (ActorDiedError, RayActorError)):
                 LOG.warning("rank %d's actor died (node lost?): counting its worker as exited %d", i, EXIT_LOST)
+                group.unreachable.add(i)
                 answer = EXIT_LOST
             if isinstance(answer, int):
                 group.exit.record(i, answer)
@@ -689,9 +713,11 @@ class RayLauncher:
     def _kill_workers(self, group: _Group) -> None:
         """SIGKILL each running worker through its actor (collecting its code), then kill every actor."""
         calls = {i: group.actors[i].kill.remote() for i, c in enumerate(group.exit.codes) if c is None}
-        answers = _answers(calls, _POLL_TIMEOUT_S)
+        answers = _answers(calls, _KILL_ANSWER_S)
         for i in calls:
             code = answers.get(i)
+            if i not in answers or isinstance(code, BaseException):  # the actor is gone or does not answer
+                group.unreachable.add(i)
             group.exit.record(i, code if isinstance(code, int) else EXIT_LOST)
         self._kill_actors(group.actors)
 

@@ -23,7 +23,7 @@ from pollux.agent.report import read_report  # noqa: E402
 from pollux.cluster import Cluster  # noqa: E402
 from pollux.errors import LaunchError, UnknownJobError  # noqa: E402
 from pollux.runtime.joblog import read_merged  # noqa: E402
-from pollux.runtime.launcher import EXIT_STOPPED, LaunchRequest, WorkerInfo  # noqa: E402
+from pollux.runtime.launcher import EXIT_NODE_LOST, EXIT_STOPPED, LaunchRequest, WorkerInfo  # noqa: E402
 from pollux.runtime.processes import process_start_ticks  # noqa: E402
 from pollux.runtime.ray_launcher import EXIT_LOST, RayLauncher  # noqa: E402
 
@@ -41,24 +41,32 @@ def live_placement_groups() -> list[dict]:
     return [pg for pg in ray.util.placement_group_table().values() if pg["state"] != "REMOVED"]
 
 
+NODE_ARGS = {"num_cpus": 2, "resources": {RESOURCE: 2}, "object_store_memory": 80 * 1024 * 1024}
+
+
 @pytest.fixture(scope="module")
-def launcher() -> Iterator[RayLauncher]:
-    """A head node and a worker node on this machine, two virtual GPUs (`pollux_gpu`) each, and a launcher on it.
-    The launcher connects (and so disconnects on shutdown); the cluster is torn down by its own handle."""
+def ray_cluster() -> Iterator[RayCluster]:
+    """A head node and a worker node on this machine, two virtual GPUs (`pollux_gpu`) each; torn down by its own
+    handle."""
     if ray.is_initialized():
         pytest.skip("Ray is already initialised in this process")
-    node_args = {"num_cpus": 2, "resources": {RESOURCE: 2}, "object_store_memory": 80 * 1024 * 1024}
-    cluster = RayCluster(initialize_head=True, head_node_args=node_args)
+    cluster = RayCluster(initialize_head=True, head_node_args=NODE_ARGS)
     try:
-        cluster.add_node(**node_args)
+        cluster.add_node(**NODE_ARGS)
         cluster.wait_for_nodes()
-        ray_launcher = RayLauncher(cluster.address, gpu_resource=RESOURCE, stop_grace_s=5, placement_timeout_s=3)
-        try:
-            yield ray_launcher
-        finally:
-            ray_launcher.shutdown()
+        yield cluster
     finally:
         cluster.shutdown()
+
+
+@pytest.fixture(scope="module")
+def launcher(ray_cluster: RayCluster) -> Iterator[RayLauncher]:
+    """A launcher on `ray_cluster`: it connects, and so disconnects on shutdown."""
+    ray_launcher = RayLauncher(ray_cluster.address, gpu_resource=RESOURCE, stop_grace_s=5, placement_timeout_s=3)
+    try:
+        yield ray_launcher
+    finally:
+        ray_launcher.shutdown()
 
 
 class Jobs:
@@ -227,6 +235,59 @@ def test_a_node_that_failed_a_reservation_is_refused_and_left_out_of_the_pool_fo
         wary.shutdown()
     finally:
         remove_placement_group(outsider)
+
+
+# Rank "victim" (on the node the test removes) sleeps; its sibling fails as soon as the victim's process is gone,
+# as a rank whose peer vanished fails in the next collective: with Ray's default health checks (5 misses, 3 s
+# apart), some 10 s before Ray declares the node dead.
+PEER_LOST = """
+    import os, sys, time
+    out = sys.argv[1]
+    if os.environ["POLLUX_RAY_NODE_ID"] == open(os.path.join(out, "doomed")).read():
+        open(os.path.join(out, "victim.tmp"), "w").write(str(os.getpid()))
+        os.rename(os.path.join(out, "victim.tmp"), os.path.join(out, "victim"))
+        time.sleep(120)
+    else:
+        while True:
+            try:
+                os.kill(int(open(os.path.join(out, "victim")).read()), 0)
+            except FileNotFoundError:
+                pass
+            except ProcessLookupError:
+                sys.exit(1)
+            time.sleep(0.05)
+"""
+
+
+def test_a_group_across_a_lost_node_exits_node_lost_even_when_a_sibling_crashed_first(
+    jobs: Jobs, launcher: RayLauncher, ray_cluster: RayCluster
+) -> None:
+    doomed = ray_cluster.add_node(**{**NODE_ARGS, "resources": {RESOURCE: 1}})
+    ray_cluster.wait_for_nodes()
+    try:
+        assert launcher.refresh() is not None and doomed.node_id in launcher.node_ids
+        (jobs.tmp_path / "doomed").write_text(doomed.node_id)
+        allocation = [0] * 3
+        allocation[launcher.node_ids.index(doomed.node_id)] = 1
+        allocation[next(i for i, n in enumerate(launcher.node_ids) if n != doomed.node_id)] = 1
+        jobs.start("spread", PEER_LOST, tuple(allocation))
+        wait_for(lambda: (jobs.tmp_path / "victim").exists(), 30, "the rank on the doomed node")
+        ray_cluster.remove_node(doomed, allow_graceful=False)  # a machine lost: its processes die, its peer fails
+        polls: list[float] = []
+
+        def exited() -> int | None:
+            started = time.monotonic()
+            code = launcher.poll("spread")
+            polls.append(time.monotonic() - started)
+            return code
+
+        code = wait_for(exited, 60, "the group to exit")
+        print(f"\n{len(polls)} polls until the group's code, the longest {max(polls):.1f} s")
+        assert code == EXIT_NODE_LOST  # not the sibling's 1: the job resumes, no crash counted
+    finally:
+        if doomed in ray_cluster.worker_nodes:  # the test failed before removing it
+            ray_cluster.remove_node(doomed, allow_graceful=False)
+        wait_for(lambda: launcher.refresh() is None and len(launcher.node_ids) == 2, 30, "the pool of two nodes")
 
 
 def test_a_launch_waiting_for_gpus_does_not_block_the_other_jobs(jobs: Jobs) -> None:
