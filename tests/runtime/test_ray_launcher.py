@@ -290,6 +290,31 @@ def test_a_group_across_a_lost_node_exits_node_lost_even_when_a_sibling_crashed_
         wait_for(lambda: launcher.refresh() is None and len(launcher.node_ids) == 2, 30, "the pool of two nodes")
 
 
+def test_a_launch_onto_a_lost_node_ray_still_lists_alive_gives_up_and_leaves_the_node_out(
+    jobs: Jobs, launcher: RayLauncher, ray_cluster: RayCluster
+) -> None:
+    doomed = ray_cluster.add_node(**{**NODE_ARGS, "resources": {RESOURCE: 1}})
+    ray_cluster.wait_for_nodes()
+    try:
+        wary = RayLauncher(gpu_resource=RESOURCE, stop_grace_s=0.5, placement_timeout_s=3)  # its own quarantines
+        allocation = tuple(int(node == doomed.node_id) for node in wary.node_ids)
+        ray_cluster.remove_node(doomed, allow_graceful=False)  # Ray's default health checks take ~15 s to notice
+        with pytest.raises(LaunchError, match=r"could not reserve|is not alive|died while") as first:
+            wary.launch(jobs.request("late", ("true",), allocation))
+        assert first.value.transient
+        print(f"\nthe launch onto the lost node: {first.value}")
+        if "could not reserve" in str(first.value):  # Ray still listed it alive: refused at once from now on
+            with pytest.raises(LaunchError, match="failed a reservation lately"):
+                wary.launch(jobs.request("late", ("true",), allocation))
+        wait_for(lambda: wary.refresh() is not None, 60, "Ray to declare the node dead")
+        assert doomed.node_id not in wary.node_ids and len(wary.node_ids) == 2
+        wary.shutdown()
+    finally:
+        if doomed in ray_cluster.worker_nodes:  # the test failed before removing it
+            ray_cluster.remove_node(doomed, allow_graceful=False)
+        wait_for(lambda: launcher.refresh() is None and len(launcher.node_ids) == 2, 60, "the pool of two nodes")
+
+
 def test_a_launch_waiting_for_gpus_does_not_block_the_other_jobs(jobs: Jobs) -> None:
     jobs.start("holder", TERM_WAITER, (2, 0))
     wait_for(lambda: (jobs.tmp_path / "ready-1").exists(), 30, "the holder's workers")
