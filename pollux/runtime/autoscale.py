@@ -1,13 +1,14 @@
 """Cloud auto-scaling through Ray's own autoscaler (Pollux §5.4; docs/design.md, "The runtime").
 
-Each round the service asks the policy how many nodes of each GPU type its jobs would use on the largest cluster
-allowed (`pollux.runtime.sizing`), and hands that to Ray with Ray's public API, `ray.autoscaler.sdk.
-request_resources`: one bundle per wanted node, shaped like a whole node of that type, so Ray's autoscaler starts
-exactly the nodes missing and keeps them. Pollux provisions nothing itself. Nodes it no longer wants are drained by
-the service (their jobs checkpoint and move) and then sit idle, and Ray stops them after its idle timeout.
+Each round the service asks `pollux.autoscale.Autoscaler` (the simulator's rule: each GPU type's utility band, and
+a type without nodes started at once for a job waiting for it) how many nodes of each type to hold, and hands that
+to Ray with Ray's public API, `ray.autoscaler.sdk.request_resources`: one bundle per wanted node, shaped like a whole
+node of that type, so Ray's autoscaler starts exactly the nodes missing and keeps them. Pollux provisions nothing
+itself. Nodes it no longer wants are drained by the service (their jobs checkpoint and move) and then sit idle, and
+Ray stops them after its idle timeout.
 
 The node types come from the user (`--node-type TYPE:GPUS_PER_NODE:MIN:MAX`, matching the Ray cluster's
-`available_node_types`): the sizing needs them before any node of a type exists.
+`available_node_types`): the rule needs them before any node of a type exists.
 """
 
 from __future__ import annotations
@@ -16,24 +17,14 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
+from pollux.autoscale import NodeType
 from pollux.cluster import Cluster, NodeGroup
 from pollux.errors import ServiceError, SpecError
 from pollux.runtime.gpu_types import TYPE_NAME
 
 LOG = logging.getLogger("pollux.runtime")
 _STATUS_WAIT_S = 15.0  # Ray's monitor publishes its status every few seconds (AUTOSCALER_UPDATE_INTERVAL_S, 5)
-
-
-@dataclass(frozen=True)
-class NodeType:
-    """One kind of node the Ray autoscaler may start: its GPU type, GPUs per node, and how many Pollux keeps."""
-
-    gpu_type: str
-    gpus_per_node: int
-    min_nodes: int
-    max_nodes: int
 
 
 def parse_node_types(values: Sequence[str]) -> list[NodeType]:
@@ -75,7 +66,6 @@ class RayAutoscaler:
     ) -> None:
         self.node_types = list(node_types)
         self.largest = largest_cluster(self.node_types)
-        self.minimum = {n.gpu_type: n.min_nodes for n in self.node_types}
         self._gpu_resource = gpu_resource
         self._type_resource = {t: r for r, t in (type_resources or {}).items()}
         self.requested: dict[str, int] | None = None
@@ -105,10 +95,12 @@ class RayAutoscaler:
         return {self._gpu_resource: float(gpus), marker: 0.001}
 
     def request(self, wanted: Mapping[str, int]) -> bool:
-        """Ask Ray for exactly `wanted` nodes per type (replacing the previous request); True if it changed."""
+        """Ask Ray for exactly `wanted` nodes per type (replacing the previous request); True if it changed. Types
+        Ray may not start (nodes of another type that joined the cluster) are not asked for."""
         from ray.autoscaler.sdk import request_resources
 
-        wanted = {t: n for t, n in sorted(wanted.items()) if n > 0}
+        known = {n.gpu_type for n in self.node_types}
+        wanted = {t: n for t, n in sorted(wanted.items()) if n > 0 and t in known}
         if wanted == self.requested:
             return False
         request_resources(bundles=[self.bundle(t) for t, n in wanted.items() for _ in range(n)])

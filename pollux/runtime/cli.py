@@ -146,13 +146,24 @@ def up(
         list[str] | None,
         typer.Option(help="With --autoscale: TYPE:GPUS_PER_NODE:MIN:MAX, a node type Ray's autoscaler may start."),
     ] = None,
+    autoscale_window: Annotated[
+        int | None,
+        typer.Option(
+            help="With --autoscale: rounds of utility averaged before a type is resized (default: the Pollux "
+            "artifact's 15).",
+            callback=bounds(1),
+        ),
+    ] = None,
     state_dir: StateDirOption = None,
 ) -> None:
     """Run the scheduler service in the foreground until `pollux down` (or Ctrl-C): jobs checkpoint on the way out."""
+    from pollux.autoscale import WINDOW_ROUNDS
     from pollux.runtime.api import ApiServer, write_endpoint, write_token
     from pollux.runtime.service import Service, ServiceConfig
 
     _check_bind(host, allow_remote)
+    if autoscale_window is not None and not autoscale:
+        raise ServiceError("--autoscale-window is for --autoscale; add --autoscale or drop --autoscale-window")
     node_types = _node_types(backend, autoscale, node_type or [])  # bad input fails before anything starts
     directory = state_dir_of(state_dir)
     with exclusive(directory):
@@ -166,6 +177,7 @@ def up(
             max_attempts=max_attempts,
             backoff_s=backoff,
             checkpoint_interval_s=checkpoint_interval,
+            autoscale_window_rounds=autoscale_window or WINDOW_ROUNDS,
         )
         launcher = _launcher(
             backend, slots, ray_address, gpu_resource, stop_grace, gpu_type or [], gpu_type_resource or [], autoscale

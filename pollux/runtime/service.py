@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, cast
 
 from pollux.agent.checkpoint import NAME as CHECKPOINT_FILE
 from pollux.agent.report import BatchInUse, JobReport, params_json, read_report
+from pollux.autoscale import WINDOW_ROUNDS, Autoscaler, AutoscaleSettings
 from pollux.cluster import Allocation, Cluster, free_gpus, num_gpus
 from pollux.data.philly import philly_service_samples
 from pollux.engine import Decision, Scheduler
@@ -43,7 +44,6 @@ from pollux.policies.registry import PolicySettings, make_policy, policy_class
 from pollux.policies.typed_search import model_on
 from pollux.runtime import joblog
 from pollux.runtime.launcher import EXIT_NODE_LOST, EXIT_STOPPED, Launcher, LaunchRequest
-from pollux.runtime.sizing import wanted_nodes
 from pollux.runtime.spec import JobSpec, check_gpu_types
 from pollux.runtime.status import FINAL, JobEvent
 from pollux.runtime.store import JobSample, JobState, RoundRecord, StateStore
@@ -70,6 +70,7 @@ class ServiceConfig:
     backoff_s: float = 5.0  # wait before the first retry of a crashed job; doubles per crash
     checkpoint_interval_s: float | None = None  # jobs' periodic checkpoints (a spec may override); None: automatic
     tick_s: float = 0.25  # how often worker groups and reports are polled
+    autoscale_window_rounds: int = WINDOW_ROUNDS  # rounds of utility averaged before a resize (pollux.autoscale)
 
     @property
     def database(self) -> Path:
@@ -250,6 +251,15 @@ class Service:
         self.autoscaler = autoscaler  # with one, the launcher is a RayLauncher whose pool follows the requests
         self.clock = clock
         self.policy = make_runtime_policy(config.policy, config.restart_delay_s)  # a bad name fails before any file
+        self.scaling = (  # the simulator's rule, per GPU type; idle nodes are billed, so no job: each minimum
+            Autoscaler(
+                AutoscaleSettings.per_type(
+                    autoscaler.node_types, window_rounds=config.autoscale_window_rounds, idle_to_minimum=True
+                )
+            )
+            if autoscaler is not None
+            else None
+        )
         config.state_dir.mkdir(parents=True, exist_ok=True)
         self.store = StateStore(config.database)
         self.scheduler = Scheduler(self.policy, _Backend(self))
@@ -410,17 +420,25 @@ class Service:
         )
 
     def autoscale(self, now: float) -> bool:
-        """Cloud auto-scaling (`pollux.runtime.autoscale`): ask Ray for the nodes per type the policy wants on the
-        largest allowed cluster, and make the pool the alive nodes up to that many per type. A job on a node that
-        left the pool (released by this sizing, or lost) checkpoints and waits to be placed again. Whether any node
-        is in the pool to schedule on."""
-        autoscaler = self.autoscaler
-        assert autoscaler is not None
-        views = self._views_on(autoscaler.largest, now)
-        wanted = wanted_nodes(self.policy, views, autoscaler.largest, now, autoscaler.minimum)
-        autoscaler.request(wanted)
+        """Cloud auto-scaling (`pollux.autoscale`, `pollux.runtime.autoscale`): the `Autoscaler` observes the
+        round's allocation on the pool and says how many nodes of each type to hold; Ray is asked for them, and the
+        pool becomes the alive nodes up to that many per type. A job on a node that left the pool (released by this
+        decision, or lost) checkpoints and waits to be placed again. Whether any node is in the pool to schedule on."""
+        autoscaler, scaling = self.autoscaler, self.scaling
+        assert autoscaler is not None and scaling is not None
         launcher = cast("RayLauncher", self.launcher)
-        remap = launcher.refresh(keep=wanted)
+        pool = launcher.cluster if launcher.has_nodes else None
+        views = self._views_on(pool, now)
+        held = (
+            None
+            if autoscaler.requested is None
+            else {t: autoscaler.requested.get(t, 0) for t in autoscaler.largest.gpu_types}
+        )
+        decision = scaling.step(views, pool, now, self.policy, held)
+        if decision.resized and decision.nodes_by_type != (held or {}):
+            LOG.info("autoscale: %s", decision.reason)
+        autoscaler.request(decision.nodes_by_type)
+        remap = launcher.refresh(keep=decision.nodes_by_type)
         if remap is not None:
             LOG.info("pool: %s", launcher.cluster.describe() if launcher.has_nodes else "no GPU nodes")
             self._renumber(remap)
@@ -429,17 +447,22 @@ class Service:
                 self._job(view.name).reason = "waiting for Ray's autoscaler to start nodes"
         return launcher.has_nodes
 
-    def _views_on(self, cluster: Cluster, now: float) -> list[JobView]:
-        """The active jobs as the sizing sees them: on `cluster`, holding nothing yet (a fresh look)."""
+    def _views_on(self, pool: Cluster | None, now: float) -> list[JobView]:
+        """The active jobs as the autoscaler sees them: bounded by the largest cluster allowed (what they could grow
+        to), holding their GPUs on the pool (nothing while no node is up)."""
+        assert self.autoscaler is not None
         views = []
         for state in self.store.jobs(include_finished=False):
             if state.cancel_requested or (state.status == "pending" and now < self._job(state.name).not_before):
                 continue
             spec = JobSpec.from_json_dict(state.spec)
-            free = replace(state, allocation=())
-            views.append(
-                job_view(spec, free, self.report(state.name), cluster, self.store.attained_service(state.name, now))
+            service_gpu_s = self.store.attained_service(state.name, now)
+            view = job_view(
+                spec, replace(state, allocation=()), self.report(state.name), self.autoscaler.largest, service_gpu_s
             )
+            running = pool is not None and state.status == "running" and len(state.allocation) == pool.num_nodes
+            held = tuple(state.allocation) if running else pool.empty() if pool is not None else ()
+            views.append(replace(view, allocation=held))
         return views
 
     def _renumber(self, remap: dict[int, int]) -> None:
