@@ -14,6 +14,7 @@ final parameters and momentum equal those of an uninterrupted run of the same sc
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -139,7 +140,10 @@ def test_a_job_on_a_lost_node_resumes_from_its_checkpoint_on_another_node(tmp_pa
         for at, status, reason in history:
             print(f"  {at - history[0][0]:6.1f}  {status:10s} {reason}")
         final = store.job("elastic")
+        (restored,) = [json.loads(line) for line in (workdir / "restores.jsonl").read_text().splitlines()]
         print(f"restarts {final.restarts}, crash attempts {final.attempts}")
+        print(f"resumed from its checkpoint of step {restored['steps']} (of {STEPS})")
+        assert restored["steps"] > 0  # from a checkpoint, not from the start
         assert any("node" in reason and "lost" in reason for _, _, reason in history), history
         assert final.attempts == 0  # a lost node is not the job's crash
         assert final.restarts >= 1
