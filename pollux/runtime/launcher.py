@@ -9,6 +9,8 @@ Exit codes a group reports (the worst of its workers, in this order of precedenc
     a crash code (anything but 0 and 143)   the job failed this attempt; retry from the checkpoint
     143                                      it stopped on request after checkpointing (SIGTERM)
     0                                        every worker finished the training script
+    EXIT_NODE_LOST (no process exits with it) a node of the group was lost (its workers died with it): not the
+                                             job's fault; resume from the last checkpoint on nodes that are alive
 A group in which one worker crashed is killed by the launcher at once: the others would block in a collective.
 
 At most one live worker group per job, even across a scheduler crash: a scheduler killed after `launch` returned
@@ -29,6 +31,7 @@ from typing import Protocol
 from pollux.cluster import Allocation, Cluster
 
 EXIT_STOPPED = 143  # 128 + SIGTERM: the agent checkpointed and exited on request
+EXIT_NODE_LOST = 256  # beyond any process's exit code: the launcher's word that a node of the group was lost
 
 
 @dataclass(frozen=True)

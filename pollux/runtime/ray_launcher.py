@@ -17,8 +17,17 @@ Assumptions and guarantees:
   actors `pollux-<job>-<rank>` in the launcher's namespace. Ray removes a dead driver's groups once their actors
   are gone; until then a launch of the job waits (up to the stop grace period), then fails as transient.
   (`LaunchRequest.lock_path` is the local launcher's device; this one does not use it.)
-* An actor that dies under a running worker (its node was lost, it was killed) counts as a crash with code 137
-  (`EXIT_LOST`, "killed"), so the scheduler retries the job from its last checkpoint.
+* An actor that dies under a running worker (it was killed) counts as a crash with code 137 (`EXIT_LOST`,
+  "killed"), so the scheduler retries the job from its last checkpoint.
+* A node lost under a running group (Ray declared it dead) is not the job's crash: the group's code is then
+  `EXIT_NODE_LOST`, whatever its other workers exited with (a rank whose peer vanished fails in its next
+  collective, often before Ray's health checks declare the node dead: a crashed group with an actor that died or
+  did not answer waits, still "running", up to `_VERDICT_WAIT_S` for Ray's word), and the scheduler resumes the job
+  from its last checkpoint on nodes that are alive. A lost node never blocks the caller long: a poll waits at most
+  `_POLL_WAIT_S` for the actors' answers and a kill `_KILL_ANSWER_S`; a reservation looks every
+  `_RESERVE_SLICE_S` whether its nodes are still alive and gives up after the placement timeout; a node that
+  failed a reservation (and where no group of ours holds GPUs: then it is merely busy) is left out of the pool,
+  and refused, for `_QUARANTINE_S` or until Ray declares it dead, unless a group of ours runs on it.
 * Each node's GPU type comes from Ray: a resource named in `gpu_type_resources` (`--gpu-type-resource
   RESOURCE=TYPE`), else the node's `ray.io/accelerator-type` label, else its `accelerator_type:<NAME>` resource (Ray
   sets both on nodes with GPUs it recognises), in the short names of `pollux.runtime.gpu_types`; else "gpu". The
@@ -44,7 +53,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +61,7 @@ from pollux.cluster import Cluster, NodeGroup, num_nodes_used
 from pollux.errors import LaunchError, UnknownJobError
 from pollux.runtime.gpu_types import UNKNOWN_GPU_TYPE, type_from_device_name
 from pollux.runtime.joblog import open_rank_log
-from pollux.runtime.launcher import LaunchRequest, WorkerInfo
+from pollux.runtime.launcher import EXIT_NODE_LOST, EXIT_STOPPED, LaunchRequest, WorkerInfo
 from pollux.runtime.processes import (
     GroupExit,
     die_with_parent,
@@ -75,8 +84,13 @@ ACCELERATOR_LABEL = "ray.io/accelerator-type"  # the label Ray gives a node whos
 ACCELERATOR_RESOURCE_PREFIX = "accelerator_type:"  # Ray's resource naming a node's GPU model (1 per node)
 GROUP_PREFIX = "pollux-"  # a job's placement group is GROUP_PREFIX + job; its actors GROUP_PREFIX + job-rank
 _ACTOR_CALL_TIMEOUT_S = 120.0  # starting a worker actor means starting a Python process on a possibly busy node
-_POLL_TIMEOUT_S = 30.0  # an actor that does not answer a poll this long is taken as still running
+_POLL_WAIT_S = 2.0  # how long a poll waits for the actors' answers; one not in by then is asked again next poll
+_ALIVE_TTL_S = 1.0  # how long Ray's list of alive nodes is reused (each poll of each running job reads it)
+_RESERVE_SLICE_S = 1.0  # a reservation looks this often whether its nodes are still alive
+_QUARANTINE_S = 60.0  # a node that failed a reservation is left out this long, unless Ray declares it dead sooner
+_VERDICT_WAIT_S = 30.0  # how long a crashed group with an unreachable actor waits for Ray to declare its node dead
 _KILL_WAIT_S = 2.0  # how long an actor waits for its SIGKILLed worker to be collected
+_KILL_ANSWER_S = 2 * _KILL_WAIT_S + 1.0  # how long a kill waits for the actors' answers; one not in is unreachable
 _REMOVAL_POLL_S = 0.2  # how often a launch looks whether a previous driver's group of the job is gone
 
 
@@ -231,6 +245,10 @@ class _Group:
     actors: list[ActorHandle]
     workers: list[WorkerInfo]
     exit: GroupExit
+    node_ids: list[str]  # the Ray node of each rank (a node that left the pool has no pool index any more)
+    code: int | None = None  # the group's exit code once settled: `exit`'s, or EXIT_NODE_LOST
+    unreachable: set[int] = field(default_factory=set)  # ranks whose actors died or did not answer a kill
+    crashed_at: float | None = None  # when its workers had all exited with a crash (monotonic)
 
     def running(self) -> bool:
         return self.exit.running()
@@ -252,7 +270,7 @@ class RayLauncher:
         gpu_resource: str = "GPU",
         stop_grace_s: float = 30.0,
         namespace: str = "pollux",
-        placement_timeout_s: float = 60.0,
+        placement_timeout_s: float = 20.0,
         gpu_type_resources: Mapping[str, str] | None = None,
         allow_empty: bool = False,
     ) -> None:
@@ -277,6 +295,8 @@ class RayLauncher:
         self._host = ray.util.get_node_ip_address()
         self._groups: dict[str, _Group] = {}
         self._launching: set[str] = set()  # jobs whose launch waits on Ray outside the lock
+        self._alive_seen: tuple[float, frozenset[str]] = (-_ALIVE_TTL_S, frozenset())  # (when, alive node ids)
+        self._quarantined: dict[str, float] = {}  # node id -> until when (monotonic) it is left out
         self._lock = threading.RLock()
         self._closed = False
 
@@ -306,7 +326,38 @@ class RayLauncher:
         """Every alive node of the Ray cluster offering the GPU resource now, in pool order."""
         import ray
 
-        return pool_nodes(ray.nodes(), self._gpu_resource, self._gpu_type_resources)
+        nodes = ray.nodes()
+        self._alive_seen = (time.monotonic(), frozenset(n["NodeID"] for n in nodes if n["Alive"]))
+        return pool_nodes(nodes, self._gpu_resource, self._gpu_type_resources)
+
+    def _alive_ids(self, fresh: bool = False) -> frozenset[str]:
+        """The ids of the nodes Ray lists alive: read at most every `_ALIVE_TTL_S`, or now if `fresh`."""
+        import ray
+
+        seen_at, ids = self._alive_seen
+        if fresh or time.monotonic() - seen_at > _ALIVE_TTL_S:
+            ids = frozenset(n["NodeID"] for n in ray.nodes() if n["Alive"])
+            self._alive_seen = (time.monotonic(), ids)
+        return ids
+
+    def _quarantine(self, node_ids: Sequence[str]) -> None:
+        """Leave nodes that failed a reservation out of the pool for `_QUARANTINE_S` (module docstring)."""
+        if not node_ids:
+            return
+        until = time.monotonic() + _QUARANTINE_S
+        for node_id in node_ids:
+            self._quarantined[node_id] = until
+        LOG.warning("leaving Ray node(s) %s out for %.0f s: a reservation failed", ", ".join(node_ids), _QUARANTINE_S)
+
+    def _end_quarantines(self) -> None:
+        """Forget the quarantines that are over, and those of nodes Ray no longer lists alive (they left for good)."""
+        now, alive = time.monotonic(), self._alive_seen[1]
+        self._quarantined = {n: t for n, t in self._quarantined.items() if t > now and n in alive}
+
+    def _usable(self, nodes: list[RayNode], busy: set[str]) -> list[RayNode]:
+        """`nodes` less the quarantined ones that no group of ours runs on."""
+        self._end_quarantines()
+        return [n for n in nodes if n.node_id not in self._quarantined or n.node_id in busy]
 
     def refresh(self, keep: Mapping[str, int] | None = None) -> dict[int, int] | None:
         """Make the pool the alive nodes, at most `keep[type]` of each type named there (the ones hosting worker
@@ -314,8 +365,8 @@ class RayLauncher:
         the pool did not change, else the new index of each old pool node still in it; a node missing from the
         map is gone (dead, or released): whatever ran there must be stopped."""
         with self._lock:
-            busy = {self._nodes[w.node].node_id for g in self._groups.values() for w in g.workers if w.node >= 0}
-            alive = self.alive_nodes()
+            busy = {node_id for g in self._groups.values() for node_id in g.node_ids}
+            alive = self._usable(self.alive_nodes(), busy)
             if keep is not None:
                 chosen: list[RayNode] = []
                 for gpu_type in dict.fromkeys(n.gpu_type for n in alive):
@@ -346,18 +397,19 @@ class RayLauncher:
 
         with self._lock:
             nodes = self._check_launchable(request)
+            node_ids = [self._nodes[i].node_id for i in nodes]
             self._launching.add(request.job)
         actors: list[ActorHandle] = []
         pg: PlacementGroup | None = None
         try:
             self._await_previous_group(request.job)
-            pg = self._reserve(request.job, nodes)
+            pg = self._reserve(request.job, nodes, node_ids)
             actors = self._create_actors(request.job, pg, len(nodes))
-            workers = self._start_workers(request, nodes, actors)
+            workers = self._start_workers(request, nodes, node_ids, actors)
             with self._lock:
                 if self._closed:
                     raise LaunchError(f"job {request.job}: the Ray launcher was shut down while it launched")
-                self._groups[request.job] = _Group(pg, actors, workers, GroupExit.of(len(actors)))
+                self._groups[request.job] = _Group(pg, actors, workers, GroupExit.of(len(actors)), node_ids)
             return list(workers)
         except ValueError as exc:  # an actor name still taken: a previous driver's actor not cleaned up yet
             self._release(actors, pg)
@@ -415,8 +467,6 @@ class RayLauncher:
 
     def _check_allocation(self, request: LaunchRequest) -> list[int]:
         """The pool node of each rank (node order, then local), after checking the allocation fits the pool."""
-        import ray
-
         alloc = request.allocation
         if len(alloc) != len(self._nodes) or any(g < 0 for g in alloc) or sum(alloc) < 1:
             raise LaunchError(
@@ -429,11 +479,18 @@ class RayLauncher:
                     f"job {request.job}: allocation {alloc} asks for {gpus} {self._gpu_resource} on node {i}, "
                     f"which has {self._nodes[i].gpus}"
                 )
-        alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        alive = self._alive_ids(fresh=True)
+        self._end_quarantines()
         for i, gpus in enumerate(alloc):
             if gpus and self._nodes[i].node_id not in alive:
                 raise LaunchError(
                     f"job {request.job}: node {i} (Ray node {self._nodes[i].node_id}) is not alive (restarting?)",
+                    transient=True,
+                )
+            if gpus and self._nodes[i].node_id in self._quarantined:
+                raise LaunchError(
+                    f"job {request.job}: node {i} (Ray node {self._nodes[i].node_id}) failed a reservation lately; "
+                    f"left out for up to {_QUARANTINE_S:g} s unless Ray declares it dead",
                     transient=True,
                 )
         return [i for i, gpus in enumerate(alloc) for _ in range(gpus)]
@@ -461,8 +518,9 @@ class RayLauncher:
                 )
             time.sleep(_REMOVAL_POLL_S)
 
-    def _reserve(self, job: str, nodes: list[int]) -> PlacementGroup:
-        """One bundle per rank, pinned to its node by label: all of them or none, within the placement timeout."""
+    def _reserve(self, job: str, nodes: list[int], node_ids: list[str]) -> PlacementGroup:
+        """One bundle per rank, pinned to its node by label: all of them or none, within the placement timeout.
+        A node Ray declares dead meanwhile ends the wait at once; a timeout quarantines the nodes (module docstring)."""
         from ray.exceptions import RaySystemError
         from ray.util.placement_group import placement_group, remove_placement_group
 
@@ -471,32 +529,48 @@ class RayLauncher:
                 [{self._gpu_resource: 1} for _ in nodes],
                 strategy="PACK",
                 name=GROUP_PREFIX + job,
-                bundle_label_selector=[{NODE_ID_LABEL: self._nodes[i].node_id} for i in nodes],
+                bundle_label_selector=[{NODE_ID_LABEL: node_id} for node_id in node_ids],
             )
         except RaySystemError as exc:  # the name was taken since `_await_previous_group` looked
             raise LaunchError(
                 f"job {job}: Ray refused its placement group ({exc}); retry later", transient=True
             ) from exc
-        if not pg.wait(self._placement_timeout_s):
-            remove_placement_group(pg)
+        deadline = time.monotonic() + self._placement_timeout_s
+        while not pg.wait(max(min(_RESERVE_SLICE_S, deadline - time.monotonic()), 0.0)):
             wanted = {i: nodes.count(i) for i in sorted(set(nodes))}
-            raise LaunchError(
-                f"job {job}: Ray could not reserve {self._gpu_resource} per node {wanted} within "
-                f"{self._placement_timeout_s:g} s (held by other jobs or other Ray users; see `ray status`)",
-                transient=True,
-            )
+            dead = sorted(set(node_ids) - self._alive_ids(fresh=True))
+            if dead:
+                remove_placement_group(pg)
+                raise LaunchError(
+                    f"job {job}: Ray node(s) {', '.join(dead)} died while Ray reserved {self._gpu_resource} per node "
+                    f"{wanted}",
+                    transient=True,
+                )
+            if time.monotonic() >= deadline:
+                remove_placement_group(pg)
+                with self._lock:  # a node our own groups hold GPUs on is busy, not unresponsive
+                    held = {node_id for g in self._groups.values() for node_id in g.node_ids}
+                    self._quarantine(sorted(set(node_ids) - held))
+                raise LaunchError(
+                    f"job {job}: Ray could not reserve {self._gpu_resource} per node {wanted} within "
+                    f"{self._placement_timeout_s:g} s (held by other jobs or other Ray users, or the node is "
+                    "unresponsive; see `ray status`)",
+                    transient=True,
+                )
         return pg
 
-    def _start_workers(self, request: LaunchRequest, nodes: list[int], actors: list[ActorHandle]) -> list[WorkerInfo]:
+    def _start_workers(
+        self, request: LaunchRequest, nodes: list[int], node_ids: list[str], actors: list[ActorHandle]
+    ) -> list[WorkerInfo]:
         """Check each actor sits on its rank's node, wire the ranks like torchrun and start their commands."""
         import ray
 
         places: list[tuple[str, str]] = ray.get([a.where.remote() for a in actors], timeout=_ACTOR_CALL_TIMEOUT_S)
         for rank, (node_id, _) in enumerate(places):
-            if node_id != self._nodes[nodes[rank]].node_id:
+            if node_id != node_ids[rank]:
                 raise LaunchError(
                     f"job {request.job}: Ray placed rank {rank} on node {node_id}, not on pool node {nodes[rank]} "
-                    f"({self._nodes[nodes[rank]].node_id}): this Ray version ignores bundle label selectors"
+                    f"({node_ids[rank]}): this Ray version ignores bundle label selectors"
                 )
         port: int = ray.get(actors[0].free_port.remote(), timeout=_ACTOR_CALL_TIMEOUT_S)  # type: ignore[assignment]
         local_ranks = [nodes[:rank].count(node) for rank, node in enumerate(nodes)]
@@ -527,14 +601,40 @@ class RayLauncher:
 
     def poll(self, job: str) -> int | None:
         """None while any worker runs; then the group's exit code. The first crash (a dead actor included) gets
-        the other workers killed at once, since they would block in the next collective."""
+        the other workers killed at once, since they would block in the next collective. A group that crashed
+        with a node Ray declares dead exits `EXIT_NODE_LOST`, whatever its workers said (module docstring)."""
         with self._lock:
             group = self._group(job)
-            if group.exit.exit_code is None:
-                self._collect(group)
-                if group.exit.crash_code is not None and group.running():
-                    self._kill_workers(group)
-            return group.exit.settle()
+            if group.code is None:
+                if group.running():
+                    self._collect(group)
+                    if group.exit.crash_code is not None and group.running():
+                        self._kill_workers(group)
+                code = group.exit.settle()
+                if code is not None and code != 0 and code != EXIT_STOPPED:
+                    code = self._verdict(job, group, code)
+                group.code = code
+            return group.code
+
+    def _verdict(self, job: str, group: _Group, code: int) -> int | None:
+        """A crashed group's code: `EXIT_NODE_LOST` if Ray lists one of its nodes dead. Where an actor died or did
+        not answer (its node may be lost, and a sibling crashed first because its peer vanished) but Ray still lists
+        every node alive, None (still running) until Ray declares the node dead or `_VERDICT_WAIT_S` has passed."""
+        lost = sorted(set(group.node_ids) - self._alive_ids(fresh=group.crashed_at is None))
+        if lost:
+            LOG.warning("job %s: Ray node(s) %s lost under its workers", job, ", ".join(lost))
+            return EXIT_NODE_LOST
+        if group.crashed_at is None:
+            group.crashed_at = time.monotonic()
+            if group.unreachable:
+                LOG.info(
+                    "job %s: crashed with unreachable rank(s) %s; waiting for Ray's word on their nodes",
+                    job,
+                    sorted(group.unreachable),
+                )
+        if group.unreachable and time.monotonic() - group.crashed_at < _VERDICT_WAIT_S:
+            return None
+        return code
 
     def stop(self, job: str) -> None:
         """Ask each actor to SIGTERM its worker; returns without waiting for them."""
@@ -589,40 +689,36 @@ class RayLauncher:
         return group
 
     def _collect(self, group: _Group) -> None:
-        """Ask the actors of workers not known to have exited for their codes; a dead actor's worker is lost."""
-        import ray
-        from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError
+        """Ask the actors of workers not known to have exited for their codes (waiting at most `_POLL_WAIT_S`: an
+        answer not in by then is asked for again at the next poll); a worker on a node Ray declares dead, or whose
+        actor died, is lost."""
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
-        pending: dict[int, Any] = {
-            i: group.actors[i].poll.remote() for i, c in enumerate(group.exit.codes) if c is None
-        }
-        for i, ref in pending.items():
-            code: int | None
-            try:
-                code = ray.get(ref, timeout=_POLL_TIMEOUT_S)
-            except (ActorUnavailableError, GetTimeoutError):
-                continue  # a transient hiccup or a busy node: ask again at the next poll
-            except (ActorDiedError, RayActorError):
+        alive = self._alive_ids()
+        for i, c in enumerate(group.exit.codes):
+            if c is None and group.node_ids[i] not in alive:
+                LOG.warning("rank %d's node %s is dead: its worker exited %d", i, group.node_ids[i], EXIT_LOST)
+                group.exit.record(i, EXIT_LOST)
+        calls = {i: group.actors[i].poll.remote() for i, c in enumerate(group.exit.codes) if c is None}
+        for i, answer in _answers(calls, _POLL_WAIT_S).items():
+            if isinstance(answer, ActorUnavailableError):
+                continue  # a transient hiccup: ask again at the next poll
+            if isinstance(answer, (ActorDiedError, RayActorError)):
                 LOG.warning("rank %d's actor died (node lost?): counting its worker as exited %d", i, EXIT_LOST)
-                code = EXIT_LOST
-            if code is not None:
-                group.exit.record(i, code)
+                group.unreachable.add(i)
+                answer = EXIT_LOST
+            if isinstance(answer, int):
+                group.exit.record(i, answer)
 
     def _kill_workers(self, group: _Group) -> None:
         """SIGKILL each running worker through its actor (collecting its code), then kill every actor."""
-        import ray
-        from ray.exceptions import GetTimeoutError, RayActorError
-
-        pending: dict[int, Any] = {
-            i: group.actors[i].kill.remote() for i, c in enumerate(group.exit.codes) if c is None
-        }
-        for i, ref in pending.items():
-            code: int | None
-            try:
-                code = ray.get(ref, timeout=_POLL_TIMEOUT_S)
-            except (RayActorError, GetTimeoutError):
-                code = None
-            group.exit.record(i, EXIT_LOST if code is None else code)
+        calls = {i: group.actors[i].kill.remote() for i, c in enumerate(group.exit.codes) if c is None}
+        answers = _answers(calls, _KILL_ANSWER_S)
+        for i in calls:
+            code = answers.get(i)
+            if i not in answers or isinstance(code, BaseException):  # the actor is gone or does not answer
+                group.unreachable.add(i)
+            group.exit.record(i, code if isinstance(code, int) else EXIT_LOST)
         self._kill_actors(group.actors)
 
     def _kill_actors(self, actors: list[ActorHandle]) -> None:
@@ -644,3 +740,22 @@ class RayLauncher:
     def _drop(self, job: str) -> None:
         group = self._groups.pop(job)
         self._release(group.actors, group.placement_group)
+
+
+def _answers(calls: Mapping[int, Any], timeout_s: float) -> dict[int, object]:
+    """The results of actor calls (`ObjectRef`s by rank) that are in within `timeout_s`, all waited for together:
+    a value, or the exception the call raised. A call not in by then is left out."""
+    import ray
+
+    if not calls:
+        return {}
+    refs = list(calls.values())
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    answers: dict[int, object] = {}
+    for i, ref in calls.items():
+        if ref in ready:
+            try:
+                answers[i] = ray.get(ref, timeout=0)
+            except Exception as exc:  # the call failed: the caller tells which failures mean what
+                answers[i] = exc
+    return answers

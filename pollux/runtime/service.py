@@ -43,7 +43,7 @@ from pollux.policies.base import JobView, Policy, exploration_bound
 from pollux.policies.registry import PolicySettings, make_policy, policy_class
 from pollux.policies.typed_search import model_on
 from pollux.runtime import joblog
-from pollux.runtime.launcher import EXIT_STOPPED, Launcher, LaunchRequest
+from pollux.runtime.launcher import EXIT_NODE_LOST, EXIT_STOPPED, Launcher, LaunchRequest
 from pollux.runtime.spec import JobSpec, check_gpu_types
 from pollux.runtime.status import FINAL, JobEvent
 from pollux.runtime.store import JobSample, JobState, RoundRecord, StateStore
@@ -521,6 +521,10 @@ class Service:
             self.store.record_exit(name, JobEvent.FINISHED, now, "training script finished")
         elif state.cancel_requested:
             self.store.record_exit(name, JobEvent.CANCELLED, now, "cancelled by the user")
+        elif code == EXIT_NODE_LOST:  # the cluster's failure, not the job's: no crash counted, no back-off
+            reason = "its node was lost; resumes from its last checkpoint on nodes that are alive"
+            self.store.record_exit(name, JobEvent.CHECKPOINTED, now, reason)
+            self._job(name).relaunch = "resume after a lost node"
         elif code == EXIT_STOPPED or stop_reason:
             reason = stop_reason or "stopped by a SIGTERM from outside Pollux"
             self.store.record_exit(name, JobEvent.CHECKPOINTED, now, reason, reallocated=reallocation)
@@ -541,7 +545,7 @@ class Service:
                     f"in {_seconds(delay)} s"
                 )
                 self.store.record_exit(name, JobEvent.CRASHED, now, reason, error=error, crashed=True)
-        LOG.info("job %s: exit %d", name, code)
+        LOG.info("job %s: %s", name, "its node was lost" if code == EXIT_NODE_LOST else f"exit {code}")
 
     def _has_checkpoint(self, state: JobState) -> bool:
         """Whether the agent saved a checkpoint (`ckpt-<seq>.plx`) in the folder the job is launched with."""

@@ -42,6 +42,16 @@ NODE_TYPES = {  # two GPUs per node, told apart by Ray's accelerator-type resour
     "rtx-node": {"CPU": 1, RESOURCE: 2, "accelerator_type:RTX": 1},
 }
 
+# The GCS declares a killed node dead after 3 failed health checks a second apart (Ray's default: 5, 3 s apart),
+# so that a node-loss test takes seconds; a live node answers within milliseconds, the timeout is there for a
+# loaded machine.
+FAST_NODE_DEATH = {
+    "RAY_health_check_initial_delay_ms": "1000",
+    "RAY_health_check_period_ms": "1000",
+    "RAY_health_check_timeout_ms": "5000",
+    "RAY_health_check_failure_threshold": "3",
+}
+
 
 def autoscaling_config(gcs_address: str) -> dict:
     """A fake-multinode autoscaler config: the head runs no jobs, each worker type up to two nodes, idle ones go
@@ -85,6 +95,7 @@ class AutoscalingRay:
         config = Path(self.temp_dir) / "autoscaling.json"
         config.write_text(json.dumps(autoscaling_config(self.address)))
         env = {**os.environ, "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1"}
+        env.update(FAST_NODE_DEATH)
         command = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", f"--port={port}"]
         command += [f"--autoscaling-config={config}", "--num-cpus=1", "--include-dashboard=false"]
         command += [f"--temp-dir={self.temp_dir}", "--object-store-memory=80000000"]

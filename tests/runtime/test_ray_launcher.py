@@ -23,7 +23,7 @@ from pollux.agent.report import read_report  # noqa: E402
 from pollux.cluster import Cluster  # noqa: E402
 from pollux.errors import LaunchError, UnknownJobError  # noqa: E402
 from pollux.runtime.joblog import read_merged  # noqa: E402
-from pollux.runtime.launcher import EXIT_STOPPED, LaunchRequest, WorkerInfo  # noqa: E402
+from pollux.runtime.launcher import EXIT_NODE_LOST, EXIT_STOPPED, LaunchRequest, WorkerInfo  # noqa: E402
 from pollux.runtime.processes import process_start_ticks  # noqa: E402
 from pollux.runtime.ray_launcher import EXIT_LOST, RayLauncher  # noqa: E402
 
@@ -41,24 +41,32 @@ def live_placement_groups() -> list[dict]:
     return [pg for pg in ray.util.placement_group_table().values() if pg["state"] != "REMOVED"]
 
 
+NODE_ARGS = {"num_cpus": 2, "resources": {RESOURCE: 2}, "object_store_memory": 80 * 1024 * 1024}
+
+
 @pytest.fixture(scope="module")
-def launcher() -> Iterator[RayLauncher]:
-    """A head node and a worker node on this machine, two virtual GPUs (`pollux_gpu`) each, and a launcher on it.
-    The launcher connects (and so disconnects on shutdown); the cluster is torn down by its own handle."""
+def ray_cluster() -> Iterator[RayCluster]:
+    """A head node and a worker node on this machine, two virtual GPUs (`pollux_gpu`) each; torn down by its own
+    handle."""
     if ray.is_initialized():
         pytest.skip("Ray is already initialised in this process")
-    node_args = {"num_cpus": 2, "resources": {RESOURCE: 2}, "object_store_memory": 80 * 1024 * 1024}
-    cluster = RayCluster(initialize_head=True, head_node_args=node_args)
+    cluster = RayCluster(initialize_head=True, head_node_args=NODE_ARGS)
     try:
-        cluster.add_node(**node_args)
+        cluster.add_node(**NODE_ARGS)
         cluster.wait_for_nodes()
-        ray_launcher = RayLauncher(cluster.address, gpu_resource=RESOURCE, stop_grace_s=5, placement_timeout_s=3)
-        try:
-            yield ray_launcher
-        finally:
-            ray_launcher.shutdown()
+        yield cluster
     finally:
         cluster.shutdown()
+
+
+@pytest.fixture(scope="module")
+def launcher(ray_cluster: RayCluster) -> Iterator[RayLauncher]:
+    """A launcher on `ray_cluster`: it connects, and so disconnects on shutdown."""
+    ray_launcher = RayLauncher(ray_cluster.address, gpu_resource=RESOURCE, stop_grace_s=5, placement_timeout_s=3)
+    try:
+        yield ray_launcher
+    finally:
+        ray_launcher.shutdown()
 
 
 class Jobs:
@@ -206,6 +214,105 @@ def test_gpus_held_by_another_job_make_a_launch_time_out(jobs: Jobs) -> None:
     assert time.monotonic() - started >= 3  # it waited the placement timeout before giving up
     assert refused.value.transient  # the holder will end
     assert len(live_placement_groups()) == 1  # the late job's group is gone, the holder's stays
+
+
+def test_a_node_that_failed_a_reservation_is_refused_and_left_out_of_the_pool_for_a_while(
+    jobs: Jobs, launcher: RayLauncher
+) -> None:
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    first, second = launcher.node_ids
+    outsider = placement_group([{RESOURCE: 2}], bundle_label_selector=[{"ray.io/node-id": second}])  # not ours
+    try:
+        assert outsider.wait(30)
+        wary = RayLauncher(gpu_resource=RESOURCE, stop_grace_s=0.5, placement_timeout_s=2)  # its own quarantines
+        with pytest.raises(LaunchError, match="could not reserve"):
+            wary.launch(jobs.request("blocked", ("true",), (0, 1)))
+        with pytest.raises(LaunchError, match="failed a reservation lately") as refused:  # no second wait
+            wary.launch(jobs.request("blocked", ("true",), (0, 1)))
+        assert refused.value.transient
+        assert wary.refresh() == {0: 0} and wary.node_ids == [first]  # the autoscaled pool leaves it out
+        wary.shutdown()
+    finally:
+        remove_placement_group(outsider)
+
+
+# Rank "victim" (on the node the test removes) sleeps; its sibling fails as soon as the victim's process is gone,
+# as a rank whose peer vanished fails in the next collective: with Ray's default health checks (5 misses, 3 s
+# apart), some 10 s before Ray declares the node dead.
+PEER_LOST = """
+    import os, sys, time
+    out = sys.argv[1]
+    if os.environ["POLLUX_RAY_NODE_ID"] == open(os.path.join(out, "doomed")).read():
+        open(os.path.join(out, "victim.tmp"), "w").write(str(os.getpid()))
+        os.rename(os.path.join(out, "victim.tmp"), os.path.join(out, "victim"))
+        time.sleep(120)
+    else:
+        while True:
+            try:
+                os.kill(int(open(os.path.join(out, "victim")).read()), 0)
+            except FileNotFoundError:
+                pass
+            except ProcessLookupError:
+                sys.exit(1)
+            time.sleep(0.05)
+"""
+
+
+def test_a_group_across_a_lost_node_exits_node_lost_even_when_a_sibling_crashed_first(
+    jobs: Jobs, launcher: RayLauncher, ray_cluster: RayCluster
+) -> None:
+    doomed = ray_cluster.add_node(**{**NODE_ARGS, "resources": {RESOURCE: 1}})
+    ray_cluster.wait_for_nodes()
+    try:
+        assert launcher.refresh() is not None and doomed.node_id in launcher.node_ids
+        (jobs.tmp_path / "doomed").write_text(doomed.node_id)
+        allocation = [0] * 3
+        allocation[launcher.node_ids.index(doomed.node_id)] = 1
+        allocation[next(i for i, n in enumerate(launcher.node_ids) if n != doomed.node_id)] = 1
+        jobs.start("spread", PEER_LOST, tuple(allocation))
+        wait_for(lambda: (jobs.tmp_path / "victim").exists(), 30, "the rank on the doomed node")
+        ray_cluster.remove_node(doomed, allow_graceful=False)  # a machine lost: its processes die, its peer fails
+        polls: list[float] = []
+
+        def exited() -> int | None:
+            started = time.monotonic()
+            code = launcher.poll("spread")
+            polls.append(time.monotonic() - started)
+            return code
+
+        code = wait_for(exited, 60, "the group to exit")
+        print(f"\n{len(polls)} polls until the group's code, the longest {max(polls):.1f} s")
+        assert code == EXIT_NODE_LOST  # not the sibling's 1: the job resumes, no crash counted
+    finally:
+        if doomed in ray_cluster.worker_nodes:  # the test failed before removing it
+            ray_cluster.remove_node(doomed, allow_graceful=False)
+        wait_for(lambda: launcher.refresh() is None and len(launcher.node_ids) == 2, 30, "the pool of two nodes")
+
+
+def test_a_launch_onto_a_lost_node_ray_still_lists_alive_gives_up_and_leaves_the_node_out(
+    jobs: Jobs, launcher: RayLauncher, ray_cluster: RayCluster
+) -> None:
+    doomed = ray_cluster.add_node(**{**NODE_ARGS, "resources": {RESOURCE: 1}})
+    ray_cluster.wait_for_nodes()
+    try:
+        wary = RayLauncher(gpu_resource=RESOURCE, stop_grace_s=0.5, placement_timeout_s=3)  # its own quarantines
+        allocation = tuple(int(node == doomed.node_id) for node in wary.node_ids)
+        ray_cluster.remove_node(doomed, allow_graceful=False)  # Ray's default health checks take ~15 s to notice
+        with pytest.raises(LaunchError, match=r"could not reserve|is not alive|died while") as first:
+            wary.launch(jobs.request("late", ("true",), allocation))
+        assert first.value.transient
+        print(f"\nthe launch onto the lost node: {first.value}")
+        if "could not reserve" in str(first.value):  # Ray still listed it alive: refused at once from now on
+            with pytest.raises(LaunchError, match="failed a reservation lately"):
+                wary.launch(jobs.request("late", ("true",), allocation))
+        wait_for(lambda: wary.refresh() is not None, 60, "Ray to declare the node dead")
+        assert doomed.node_id not in wary.node_ids and len(wary.node_ids) == 2
+        wary.shutdown()
+    finally:
+        if doomed in ray_cluster.worker_nodes:  # the test failed before removing it
+            ray_cluster.remove_node(doomed, allow_graceful=False)
+        wait_for(lambda: launcher.refresh() is None and len(launcher.node_ids) == 2, 60, "the pool of two nodes")
 
 
 def test_a_launch_waiting_for_gpus_does_not_block_the_other_jobs(jobs: Jobs) -> None:

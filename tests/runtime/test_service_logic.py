@@ -13,6 +13,7 @@ import pytest
 from fake_launcher import FakeLauncher
 from runtime_jobs import Clock, write_spec
 
+from pollux.runtime.launcher import EXIT_NODE_LOST
 from pollux.runtime.service import Service, ServiceConfig
 from pollux.runtime.spec import load_spec
 
@@ -67,6 +68,21 @@ def test_a_crash_waits_its_back_off_on_the_service_clock_then_fails_after_the_la
     state = service.store.job("a")
     assert state.status == "failed" and state.last_error is not None and state.last_error.startswith("exit 3")
     assert len(launcher.launches) == 3
+
+
+def test_a_lost_node_is_no_crash_the_job_resumes_at_once_without_back_off(rig) -> None:
+    service, launcher, _, folder = rig
+    submit(service, folder, "a")
+    service.step()
+    for restart in (1, 2, 3):  # more losses than crash attempts allowed: the cluster's failures, not the job's
+        launcher.exit("a", EXIT_NODE_LOST)
+        service.step()  # settles the group and relaunches it in the same pass, on the service's unmoved clock
+        state = service.store.job("a")
+        assert launcher.running("a") and (state.status, state.attempts, state.restarts) == ("running", 0, restart)
+        assert service.store.history("a")[-2][1:] == (
+            "pending",
+            "its node was lost; resumes from its last checkpoint on nodes that are alive",
+        )
 
 
 def test_a_cancel_stops_a_running_job_and_frees_its_gpus_for_a_waiting_one(rig) -> None:
