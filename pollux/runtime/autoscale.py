@@ -71,14 +71,18 @@ class RayAutoscaler:
         self.requested: dict[str, int] | None = None
 
     def check_available(self, wait_s: float = _STATUS_WAIT_S) -> None:
-        """Refuse a Ray cluster that runs no autoscaler: its monitor's status never carries an autoscaler report."""
+        """Refuse a Ray cluster that runs no autoscaler. Ray's head always runs a monitor that publishes a status,
+        but without an autoscaling config its node provider is read-only and names each node's type after the node
+        itself (`node_<id>`); an autoscaler started from a config names them after its `available_node_types`."""
         from ray._private import ray_constants
         from ray.experimental.internal_kv import _internal_kv_get
 
         deadline = time.monotonic() + wait_s
         while True:
             raw = _internal_kv_get(ray_constants.DEBUG_AUTOSCALING_STATUS)
-            if raw and "autoscaler_report" in json.loads(raw):
+            report = json.loads(raw).get("autoscaler_report") if raw else None
+            mapping = (report or {}).get("node_type_mapping") or {}
+            if mapping and any(kind != f"node_{node}" for node, kind in mapping.items()):
                 return
             if time.monotonic() >= deadline:
                 raise ServiceError(

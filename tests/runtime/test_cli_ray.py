@@ -12,7 +12,7 @@ pytest.importorskip("ray", reason="the Ray backend needs ray: make test installs
 pytest.importorskip("torch", reason="the agent needs torch: make test installs it (pip install -e '.[agent]')")
 pytest.importorskip("sklearn", reason="the examples need it: make test installs it (pip install -e '.[examples]')")
 from runtime_jobs import wait_for
-from test_cli_local import DIGITS, Up
+from test_cli_local import DIGITS, Up, pollux
 
 from pollux.agent.report import read_report
 from pollux.runtime.store import StateStore
@@ -84,3 +84,16 @@ def test_three_example_jobs_on_a_two_node_ray_cluster(tmp_path, ray_address):
     finally:
         store.close()
         up.down()
+
+
+def test_autoscaling_on_a_ray_cluster_without_an_autoscaler_is_one_line_and_starts_nothing(tmp_path, ray_address):
+    """This fixture's Ray cluster has no autoscaler (no autoscaling config): `--autoscale` is refused, not hung."""
+    state = tmp_path / "state"
+    args = ("--backend", "ray", "--ray-address", ray_address, "--gpu-resource", RESOURCE, "--autoscale")
+    result = pollux("up", "--state-dir", str(state), *args, "--node-type", "a100:2:0:1", check=False, timeout=120)
+    assert result.returncode == 2 and "this Ray cluster runs no autoscaler" in result.stderr, result.stderr
+    # one error line (after Ray's own note that it connected), no traceback, no state
+    assert [line for line in result.stderr.splitlines() if "error" in line.lower()] == [
+        line for line in result.stderr.splitlines() if line.startswith("error: --autoscale")
+    ]
+    assert "Traceback" not in result.stderr and not (state / "state.db").exists()
