@@ -323,8 +323,8 @@ class AgentContext:
             dist.barrier()  # nobody writes a new checkpoint while another rank still reads
 
     def _restore_typed(self, state: dict[str, Any]) -> None:
-        """What the job learnt per GPU type; a checkpoint written before types holds one log, from a one-type
-        cluster: it is taken as this type's."""
+        """What the job learnt per GPU type; a checkpoint written before types holds one log (`throughput_log`),
+        from a one-type cluster: it is taken as this type's."""
         logs = state.get("throughput_logs") or {self.type_key: state["throughput_log"]}
         for key, log_state in logs.items():
             self.throughput_logs.setdefault(key, ThroughputLog()).load_state_dict(log_state)
@@ -511,7 +511,6 @@ class AgentContext:
                         "examples": self.examples,
                         "m0_steps": self.m0_steps,
                         "restarts": self.restarts,
-                        "throughput_log": self.throughput_log.state_dict(),
                         "throughput_logs": {k: log.state_dict() for k, log in self.throughput_logs.items()},
                         "params_by_type": {k: p.to_array().tolist() for k, p in self.params_by_type.items()},
                         "run_time_by_type_s": self.run_time_by_type(),
@@ -539,9 +538,8 @@ class AgentContext:
 
         It leaves by `exit_process`, not `SystemExit`: the checkpoint and the report are written, and the
         interpreter's teardown is where gloo's threads can abort a rank (exit -6) that stopped cleanly."""
-        if self.rank == 0:
-            LOG.info("stop requested: checkpointing at epoch %d, step %d, then exiting", self.epoch, self.steps)
         if self.rank == 0:  # the checkpoint and the report carry the model of this type as measured to the end
+            LOG.info("stop requested: checkpointing at epoch %d, step %d, then exiting", self.epoch, self.steps)
             self.refit_throughput(0.0)
         self.save_checkpoint()
         self.write_report("stopped")
