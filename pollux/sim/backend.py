@@ -240,6 +240,12 @@ class SimJob:
             self.start_time_s = now
         self.choose_batch()
 
+    def move(self, allocation: Allocation, batch: BatchConfig | None = None) -> None:
+        """Take other GPUs of the same shape and type without a restart (a model whose moves do not restart it)."""
+        self.allocation = tuple(allocation)
+        self.policy_batch = batch
+        self.choose_batch()
+
     def remaining_steps(self) -> float | None:
         """Oracle: optimizer steps left at the fixed batch (Optimus' remaining-iterations estimate)."""
         if self.spec.batch_size is None or self.done:
@@ -424,4 +430,14 @@ class SimBackend:
         for decision in decisions:
             gpu_type = self._cluster.allocation_type(decision.allocation)
             job = self._by_name[decision.job]
+            if not job.typed.restarts_on_move and _same_shape(job, decision.allocation, gpu_type):
+                job.move(decision.allocation, decision.batch)
+                continue
             job.reallocate(decision.allocation, now, self.restart_delay_s, decision.batch, gpu_type)
+
+
+def _same_shape(job: SimJob, allocation: Allocation, gpu_type: str | None) -> bool:
+    """Whether `allocation` gives a running job the same GPUs per node, in node order, on its own type."""
+    if not job.allocation or sum(allocation) == 0 or (gpu_type or job.gpu_type) != job.gpu_type:
+        return False
+    return tuple(g for g in job.allocation if g) == tuple(g for g in allocation if g)

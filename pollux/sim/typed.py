@@ -37,6 +37,9 @@ class TypedJobModel:
     by_type: Mapping[str, JobModel]  # pollux.sim.jobmodel.JobModel, one per type
     progress_slowdown: float = 1.0  # Sia's calibration: simulated progress divided by this
     restore_delay_s: float | None = None  # per-model checkpoint-restore delay; None: the simulator's --restart-delay
+    # Whether a move to other nodes of the same type, same GPUs per node, restarts the job: the Pollux artifact's
+    # simulator restarts on any change of GPUs; Sia's only when the job's GPUs per node (or its type) change.
+    restarts_on_move: bool = True
 
     def __post_init__(self) -> None:
         if not self.by_type:
@@ -134,7 +137,9 @@ def load_sia_models(data_dir: Path | None = None) -> dict[str, TypedJobModel]:
             )
             for gpu_type, profile in profiles.items()
         }
-        models[name] = TypedJobModel(name, by_type, settings.progress_slowdown, settings.restore_delay_s)
+        models[name] = TypedJobModel(
+            name, by_type, settings.progress_slowdown, settings.restore_delay_s, restarts_on_move=False
+        )
     return models
 
 
