@@ -7,8 +7,12 @@ per-workload means), p99 of the pooled JCTs, makespan per workload averaged, GPU
 (running + queued jobs per round: the mean of per-workload means, and the max). Published rows are Table 3's:
 `pollux` beside Sia, `pollux-unaware` beside the paper's Pollux, `gavel` beside Gavel+TunedJobs.
 
+With `--by-application`, a second table per trace says where each policy's JCT goes, model by model: its share of
+the summed JCT, mean JCT against the job alone on its share of the cluster (`isolated`), restarts, queueing and
+GPU-hours per job (the numbers that say why a policy sits where it does against the published row).
+
 Run: .venv/bin/python -m benchmarks.hetero [--trace philly|saturn ...] [--policy NAME ...] [--workloads 8]
-     [--processes 2] [--setting p=-0.5 ...]
+     [--processes 2] [--setting p=-0.5 ...] [--by-application]
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import argparse
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 import numpy as np
 from rich.console import Console
@@ -55,6 +59,21 @@ TABLE_3: dict[tuple[str, str], Published] = {
 
 
 @dataclass(frozen=True)
+class AppTotals:
+    """Sums over one application's finished jobs in one run."""
+
+    jobs: int = 0
+    jct_s: float = 0.0
+    isolated_s: float = 0.0
+    restarts: int = 0
+    queueing_s: float = 0.0
+    gpu_s: float = 0.0
+
+    def __add__(self, other: AppTotals) -> AppTotals:
+        return AppTotals(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
+
+
+@dataclass(frozen=True)
 class Run:
     jcts_s: tuple[float, ...]
     makespan_s: float
@@ -63,6 +82,7 @@ class Run:
     contention_max: float
     wall_s: float
     round_s: float  # median wall time of one policy round
+    by_application: dict[str, AppTotals]
 
 
 def run_one(policy_name: str, workload: str, settings: tuple[tuple[str, float | bool], ...] = ()) -> Run:
@@ -83,6 +103,12 @@ def run_one(policy_name: str, workload: str, settings: tuple[tuple[str, float | 
     start = time.perf_counter()
     result = simulate(rows, policy, models, config)
     s = result.summary
+    by_application: dict[str, AppTotals] = {}
+    for job in result.jobs:
+        if job.jct_s is None:
+            continue
+        totals = AppTotals(1, job.jct_s, job.isolated_jct_s or 0.0, job.restarts, job.queueing_s, job.gpu_seconds)
+        by_application[job.application] = by_application.get(job.application, AppTotals()) + totals
     return Run(
         tuple(j.jct_s for j in result.jobs if j.jct_s is not None),
         s["makespan_s"],
@@ -91,7 +117,36 @@ def run_one(policy_name: str, workload: str, settings: tuple[tuple[str, float | 
         s["contention_max"],
         time.perf_counter() - start,
         float(np.median(rounds)) if rounds else 0.0,
+        by_application,
     )
+
+
+def application_table(trace: str, count: int, policies: list[str], runs: list[list[Run]]) -> Table:
+    """Per policy and model, pooled over the trace's workloads: where the JCT goes."""
+    table = Table(title=f"{trace}: where the JCT goes, per model (pooled over {count} workloads)")
+    columns = ("policy", "model", "jobs", "JCT share", "JCT h", "isolated h", "ratio", "restarts", "queue h", "GPU-h")
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("policy", "model") else "right")
+    for policy, mine in zip(policies, runs, strict=True):
+        pooled: dict[str, AppTotals] = {}
+        for run in mine:
+            for app, totals in run.by_application.items():
+                pooled[app] = pooled.get(app, AppTotals()) + totals
+        summed = sum(t.jct_s for t in pooled.values()) or 1.0
+        for app, t in sorted(pooled.items()):
+            table.add_row(
+                policy,
+                app,
+                str(t.jobs),
+                f"{t.jct_s / summed:.0%}",
+                f"{t.jct_s / t.jobs / HOUR:.2f}",
+                f"{t.isolated_s / t.jobs / HOUR:.2f}",
+                f"{t.jct_s / t.isolated_s:.2f}" if t.isolated_s > 0 else "-",
+                f"{t.restarts / t.jobs:.1f}",
+                f"{t.queueing_s / t.jobs / HOUR:.2f}",
+                f"{t.gpu_s / t.jobs / HOUR:.2f}",
+            )
+    return table
 
 
 def parse_setting(text: str) -> tuple[str, float | bool]:
@@ -111,6 +166,7 @@ def main() -> None:
     parser.add_argument(
         "--setting", action="append", default=[], help="a PolicySettings field for the policies that have it: KEY=VALUE"
     )
+    parser.add_argument("--by-application", action="store_true", help="also where each policy's JCT goes, per model")
     args = parser.parse_args()
     settings = tuple(parse_setting(text) for text in args.setting)
     traces = args.trace or list(TRACES)
@@ -148,6 +204,10 @@ def main() -> None:
                 round_ms = f"{np.median([r.round_s for r in mine]) * 1000:.0f}"
                 table.add_row(label, cells[0], f"{np.std(means):.2f}", *cells[1:], contention, round_ms)
             console.print(table)
+            if args.by_application:
+                console.print(
+                    application_table(trace, count, policies, [[runs[p, w] for w in workloads] for p in policies])
+                )
     console.print(f"total wall time {time.perf_counter() - started:.1f} s (this machine; round ms is per policy round)")
 
 
