@@ -440,4 +440,4 @@ def _same_shape(job: SimJob, allocation: Allocation, gpu_type: str | None) -> bo
     """Whether `allocation` gives a running job the same GPUs per node, in node order, on its own type."""
     if not job.allocation or sum(allocation) == 0 or (gpu_type or job.gpu_type) != job.gpu_type:
         return False
-    return tuple(g for g in job.allocation if g) == tuple(g for g in allocation if g)
+    return placement(job.allocation) == placement(allocation)
