@@ -11,7 +11,9 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from runtime_jobs import CRASH, ENV_DUMP, TERM_WAITER, wait_for
@@ -259,12 +261,28 @@ PEER_LOST = """
 """
 
 
-def test_a_group_across_a_lost_node_exits_node_lost_even_when_a_sibling_crashed_first(
-    jobs: Jobs, launcher: RayLauncher, ray_cluster: RayCluster
-) -> None:
+@contextmanager
+def node_to_lose(ray_cluster: RayCluster, launcher: RayLauncher, restored_within_s: float) -> Iterator[Any]:
+    """A third node for a test to lose; afterwards it is gone (removed here if the test failed before removing it)
+    and `launcher` sees the module's two nodes again within `restored_within_s`."""
     doomed = ray_cluster.add_node(**{**NODE_ARGS, "resources": {RESOURCE: 1}})
     ray_cluster.wait_for_nodes()
     try:
+        yield doomed
+    finally:
+        if doomed in ray_cluster.worker_nodes:
+            ray_cluster.remove_node(doomed, allow_graceful=False)
+        wait_for(
+            lambda: launcher.refresh() is None and len(launcher.node_ids) == 2,
+            restored_within_s,
+            "the pool of two nodes",
+        )
+
+
+def test_a_group_across_a_lost_node_exits_node_lost_even_when_a_sibling_crashed_first(
+    jobs: Jobs, launcher: RayLauncher, ray_cluster: RayCluster
+) -> None:
+    with node_to_lose(ray_cluster, launcher, 30) as doomed:
         assert launcher.refresh() is not None and doomed.node_id in launcher.node_ids
         (jobs.tmp_path / "doomed").write_text(doomed.node_id)
         allocation = [0] * 3
@@ -284,18 +302,12 @@ def test_a_group_across_a_lost_node_exits_node_lost_even_when_a_sibling_crashed_
         code = wait_for(exited, 60, "the group to exit")
         print(f"\n{len(polls)} polls until the group's code, the longest {max(polls):.1f} s")
         assert code == EXIT_NODE_LOST  # not the sibling's 1: the job resumes, no crash counted
-    finally:
-        if doomed in ray_cluster.worker_nodes:  # the test failed before removing it
-            ray_cluster.remove_node(doomed, allow_graceful=False)
-        wait_for(lambda: launcher.refresh() is None and len(launcher.node_ids) == 2, 30, "the pool of two nodes")
 
 
 def test_a_launch_onto_a_lost_node_ray_still_lists_alive_gives_up_and_leaves_the_node_out(
     jobs: Jobs, launcher: RayLauncher, ray_cluster: RayCluster
 ) -> None:
-    doomed = ray_cluster.add_node(**{**NODE_ARGS, "resources": {RESOURCE: 1}})
-    ray_cluster.wait_for_nodes()
-    try:
+    with node_to_lose(ray_cluster, launcher, 60) as doomed:
         wary = RayLauncher(gpu_resource=RESOURCE, stop_grace_s=0.5, placement_timeout_s=3)  # its own quarantines
         allocation = tuple(int(node == doomed.node_id) for node in wary.node_ids)
         ray_cluster.remove_node(doomed, allow_graceful=False)  # Ray's default health checks take ~15 s to notice
@@ -309,10 +321,6 @@ def test_a_launch_onto_a_lost_node_ray_still_lists_alive_gives_up_and_leaves_the
         wait_for(lambda: wary.refresh() is not None, 60, "Ray to declare the node dead")
         assert doomed.node_id not in wary.node_ids and len(wary.node_ids) == 2
         wary.shutdown()
-    finally:
-        if doomed in ray_cluster.worker_nodes:  # the test failed before removing it
-            ray_cluster.remove_node(doomed, allow_graceful=False)
-        wait_for(lambda: launcher.refresh() is None and len(launcher.node_ids) == 2, 60, "the pool of two nodes")
 
 
 def test_a_launch_waiting_for_gpus_does_not_block_the_other_jobs(jobs: Jobs) -> None:
