@@ -60,11 +60,12 @@ TABLE_3: dict[tuple[str, str], Published] = {
 }
 
 # Sia's own simulator and policy, run on the same workloads and cluster (docs/design.md, "Sia's artifact, rerun"):
-# repository siasosp23/artifacts, commit 37c68be, `sia-simulator/` as published (two unused policies stubbed), with
-# `run_experiment.sh`'s command (p = -0.5, λ_a 0.01, λ_n 1.1, 60 s rounds, --project_throughput
-# --share_max_replicas), CBC through cvxpy 1.4.4, pandas 1.5.3, on this project's 2-core VM. Measured once and kept
-# here as figures: the code is not ours to ship. Metrics as ours: mean of per-workload average JCTs, pooled p99,
-# mean makespan, GPU-hours per job (restores included).
+# repository siasosp23/artifacts, commit 37c68be, `sia-simulator/` as published (only its two policies that
+# `--policy=sia` never uses stubbed), with `run_experiment.sh`'s command (p = -0.5, λ_a 0.01, λ_n 1.1, 60 s rounds,
+# --project_throughput --share_max_replicas), CBC through cvxpy 1.4.4, pandas 1.5.3, on this project's 2-core VM.
+# Measured once and kept here as figures: the code is not ours to ship. `benchmarks.sia_replay --logs DIR` prints
+# them again from that run's logs: mean of per-workload average JCTs, pooled p99, mean makespan, GPU-hours per job
+# (restores included).
 SIA_RERUN: dict[str, Published] = {
     "philly": Published("Sia's code, rerun", 0.656, 9.93, 14.45, 3.83),
     "saturn": Published("Sia's code, rerun", 0.742, 10.72, 14.90, 4.69),
@@ -235,10 +236,10 @@ def main() -> None:
                         table.add_row(name, row[0], "", *row[1:])
             console.print(table)
             if "pollux" in policies and count == TRACES[trace]:
-                mine = [float(np.mean(runs["pollux", w].jcts_s)) / HOUR for w in workloads]
-                pairs = list(zip(mine, SIA_RERUN_WORKLOADS[trace], strict=True))
-                lower = sum(ours < theirs for ours, theirs in pairs)
-                listed = ", ".join(f"{ours:.3f}/{theirs:.3f}" for ours, theirs in pairs)
+                pollux_h = [float(np.mean(runs["pollux", w].jcts_s)) / HOUR for w in workloads]
+                pairs = list(zip(pollux_h, SIA_RERUN_WORKLOADS[trace], strict=True))
+                lower = sum(p < sia for p, sia in pairs)
+                listed = ", ".join(f"{p:.3f}/{sia:.3f}" for p, sia in pairs)
                 console.print(f"pollux / Sia's code, avg JCT h per workload: lower on {lower} of {count}: {listed}")
             if args.by_application:
                 console.print(

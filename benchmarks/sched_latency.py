@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.synthetic_jobs import applications, synthetic_round, synthetic_typed_round, typed_applications
-from pollux.cluster import Cluster, NodeGroup, validate_allocations
+from pollux.cluster import Cluster, validate_allocations
 from pollux.cluster_spec import load_cluster
 from pollux.policies.pollux import PolluxPolicy
 from pollux.policies.registry import make_policy
@@ -62,7 +62,7 @@ def typed_cluster(gpus: int) -> Cluster:
     scale, rest = divmod(gpus, base.num_gpus)
     if rest or scale < 1:
         raise SystemExit(f"--typed sizes need a multiple of {base.num_gpus} GPUs, got {gpus}")
-    return Cluster.of_groups([NodeGroup(g.gpu_type, g.num_nodes * scale, g.gpus_per_node) for g in base.groups])
+    return base.scaled(scale)
 
 
 def main() -> None:

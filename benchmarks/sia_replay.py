@@ -24,29 +24,41 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from pollux.cluster import Cluster, NodeGroup
+from benchmarks.hetero import TRACES
+from pollux.cluster import Cluster
 from pollux.cluster_spec import load_cluster
 from pollux.errors import SpecError
 from pollux.policies.base import JobView, Policy, PolicyResult
 from pollux.sim.run import SimConfig, simulate
 from pollux.sim.typed import load_typed_models
-from pollux.sim.workload import read_workload
+from pollux.sim.workload import WorkloadJob, read_workload
 
 HOUR = 3600.0
 
 
 @dataclass(frozen=True)
 class SiaRun:
-    """What one Sia log says: per round, each active job's (GPU type, node of each GPU); per job, its JCT and when
-    it finished."""
+    """What one Sia log says: the nodes of each GPU type, per round each active job's (GPU type, node of each GPU),
+    and per job when it came and went and the GPU-seconds it held (restores included)."""
 
+    nodes_by_type: Mapping[str, int]
     rounds: Mapping[int, Mapping[str, tuple[str, tuple[int, ...]]]]
-    jct_s: Mapping[str, float]
+    submit_s: Mapping[str, float]
     finish_s: Mapping[str, float]
+    gpu_s: Mapping[str, float]
+
+    @property
+    def jct_s(self) -> dict[str, float]:
+        return {name: self.finish_s[name] - self.submit_s[name] for name in self.finish_s}
+
+    @property
+    def makespan_s(self) -> float:
+        return max(self.finish_s.values()) - min(self.submit_s.values())
 
     @classmethod
     def read(cls, path: Path) -> SiaRun:
         rounds: dict[int, dict[str, tuple[str, tuple[int, ...]]]] = {}
+        nodes_by_type: dict[str, int] = {}
         last: list[dict] = []
         with open(path) as lines:
             for number, line in enumerate(lines, 1):
@@ -55,46 +67,74 @@ class SiaRun:
                 try:
                     record = json.loads(line)
                     jobs = record["submitted_jobs"]
+                    nodes_by_type = {str(t): int(n) for t, n in record["num_nodes"].items()}
                     held = {}
                     for job in jobs:
                         allocation = job["allocation"]
                         if job["completion_time"] is None and allocation and allocation[1]:
                             held[job["name"]] = (str(allocation[0]), tuple(int(n) for n in allocation[1]))
                     rounds[int(record["timestamp"])] = held
-                except (KeyError, TypeError, IndexError, ValueError) as error:
+                except (KeyError, TypeError, IndexError, ValueError, AttributeError) as error:
                     raise SpecError(
                         f"{path}:{number}: not a round of Sia's simulator log ({error!r}); expected the JSON lines "
                         "that multi_simulator.py --output writes"
                     ) from error
                 last = jobs
+        if not last:
+            raise SpecError(f"{path}: no rounds; replay the log of a whole run (multi_simulator.py --output)")
         unfinished = [job["name"] for job in last if job["completion_time"] is None]
-        if not last or unfinished:
+        if unfinished:
             raise SpecError(f"{path}: the log ends with jobs unfinished ({unfinished[:3]}); replay a complete run")
-        jct = {job["name"]: float(job["completion_time"] - job["submission_time"]) for job in last}
-        return cls(rounds, jct, {job["name"]: float(job["completion_time"]) for job in last})
+        finish = {job["name"]: float(job["completion_time"]) for job in last}
+        gpu_s = dict.fromkeys(finish, 0.0)
+        steps = sorted(rounds)
+        for t, after in zip(steps, [*steps[1:], None], strict=True):
+            for name, (_, nodes) in rounds[t].items():  # held from t to the next round or the job's end
+                until = finish[name] if after is None else min(after, finish[name])
+                gpu_s[name] += len(nodes) * max(until - t, 0.0)
+        return cls(nodes_by_type, rounds, {job["name"]: float(job["submission_time"]) for job in last}, finish, gpu_s)
 
-
-def doubled(cluster: Cluster) -> Cluster:
-    """The replay's cluster: every node group twice as many nodes, the second half spare."""
-    return Cluster.of_groups([NodeGroup(g.gpu_type, 2 * g.num_nodes, g.gpus_per_node) for g in cluster.groups])
+    def check_fits(self, cluster: Cluster, rows: Sequence[WorkloadJob], path: Path, interval_s: int) -> None:
+        """Refuse a log of another cluster, round length or workload, naming what differs."""
+        ours = {g.gpu_type: g.num_nodes for g in cluster.groups}
+        if len(ours) != len(cluster.groups) or ours != dict(self.nodes_by_type):
+            raise SpecError(
+                f"{path}: Sia's run had nodes {dict(self.nodes_by_type)}, the replay cluster {ours} (one group per "
+                "type, as Sia's clusters are): replay it on the cluster it ran on"
+            )
+        for t, held in self.rounds.items():
+            if t % interval_s:
+                raise SpecError(f"{path}: a round at {t} s; the replay's rounds are every {interval_s} s")
+            for name, (gpu_type, nodes) in held.items():
+                if max(nodes) >= ours.get(gpu_type, 0):
+                    raise SpecError(
+                        f"{path}: round {t}: {name} on {gpu_type} node {max(nodes)}; the cluster has {ours}"
+                    )
+        submitted = {row.name: row.submit_time_s for row in rows}
+        differ = [n for n, t in self.submit_s.items() if submitted.get(n) != t] + sorted(
+            set(submitted) - set(self.submit_s)
+        )
+        if differ:
+            raise SpecError(f"{path}: jobs {differ[:3]} differ from the workload's; replay the log of this workload")
 
 
 class SiaReplay(Policy):
-    """Gives each job, every round, the GPUs Sia's run gave it then (node indices within its type's group)."""
+    """Gives each job, every round, the GPUs Sia's run gave it then, on `cluster.scaled(2)`: Sia's node `i` of a
+    type is that group's node `i`, and its spare twin is node `i` of the group's second half."""
 
     name: ClassVar[str] = "sia-replay"
     batch_owner = "job"
 
     def __init__(self, run: SiaRun, cluster: Cluster) -> None:
         self.run = run
-        self.first_node: dict[str, int] = {}
-        self.spare: dict[str, int] = {}
+        self.first_node: dict[str, int] = {}  # in the doubled cluster
+        self.spare: dict[str, int] = {}  # how far a node's spare twin is
         node = 0
-        for group in cluster.groups:  # the doubled cluster: Sia's nodes first, then as many spare
+        for group in cluster.groups:
             self.first_node[group.gpu_type] = node
-            self.spare[group.gpu_type] = group.num_nodes // 2
-            node += group.num_nodes
-        self.last: dict[str, tuple[int, ...]] = {}  # on the spare nodes
+            self.spare[group.gpu_type] = group.num_nodes
+            node += 2 * group.num_nodes
+        self.last: dict[str, tuple[int, ...]] = {}  # each job's last allocation, on the spare nodes
         self.overrun: set[str] = set()
 
     def optimize(self, jobs: Sequence[JobView], cluster: Cluster, now: float) -> PolicyResult:
@@ -102,8 +142,6 @@ class SiaReplay(Policy):
         placed: dict[str, tuple[int, ...]] = {}
         late = []
         for job in jobs:
-            if job.name not in self.run.jct_s:
-                raise SpecError(f"job {job.name!r} is not in Sia's log: replay the log of the same workload")
             if job.name not in held:
                 if now >= self.run.finish_s[job.name]:  # Sia's run had finished it by now
                     late.append(job)
@@ -115,7 +153,7 @@ class SiaReplay(Policy):
                 spare[self.first_node[gpu_type] + self.spare[gpu_type] + node] += 1
             placed[job.name] = tuple(here)
             self.last[job.name] = tuple(spare)
-        used = np.sum([placed[name] for name in placed], axis=0) if placed else np.zeros(cluster.num_nodes, int)
+        used = np.sum(list(placed.values()), axis=0) if placed else np.zeros(cluster.num_nodes, dtype=int)
         for job in late:
             spare = self.last.get(job.name)
             if spare is not None and np.all(used + spare <= cluster.node_gpus):
@@ -127,64 +165,77 @@ class SiaReplay(Policy):
 
 @dataclass(frozen=True)
 class Comparison:
-    """One workload: our simulator's JCTs on Sia's schedule beside Sia's."""
+    """One workload: our simulator's JCTs on Sia's schedule beside Sia's, and Sia's run itself."""
 
-    workload: str | Path
+    sia: SiaRun
     ours_s: Mapping[str, float]
-    sia_s: Mapping[str, float]
     overrun: frozenset[str] = field(default_factory=frozenset)
 
     @property
     def relative(self) -> np.ndarray:
-        return np.array([self.ours_s[n] / self.sia_s[n] - 1 for n in self.sia_s])
+        sia = self.sia.jct_s
+        return np.array([self.ours_s[n] / sia[n] - 1 for n in sia])
 
     @property
     def avg_ratio(self) -> float:
-        return float(np.mean(list(self.ours_s.values())) / np.mean(list(self.sia_s.values())))
+        return float(np.mean(list(self.ours_s.values())) / np.mean(list(self.sia.jct_s.values())))
+
+    @property
+    def most_late_s(self) -> float:
+        """How long past Sia's JCT the latest job that ran past Sia's schedule finished here."""
+        sia = self.sia.jct_s
+        return max((self.ours_s[n] - sia[n] for n in self.overrun), default=0.0)
 
 
 def replay(workload: str | Path, log: Path, cluster_name: str = "sia-heterogeneous") -> Comparison:
-    """Run `workload` (a name such as "philly/workload-1", or a CSV) on Sia's schedule from `log`."""
+    """Run `workload` (a name such as "philly/workload-1", or a CSV) on Sia's schedule from `log`, on the cluster
+    Sia's run had (`cluster_name`, checked against the log)."""
     run = SiaRun.read(log)
     models = load_typed_models("sia-sosp23")
     rows = read_workload(workload, applications=models).jobs
-    cluster = doubled(load_cluster(cluster_name))
-    policy = SiaReplay(run, cluster)
-    result = simulate(rows, policy, models, SimConfig(cluster=cluster))
+    cluster = load_cluster(cluster_name)
+    config = SimConfig(cluster=cluster.scaled(2))
+    run.check_fits(cluster, rows, log, config.interval_s)
+    result = simulate(rows, policy := SiaReplay(run, cluster), models, config)
     ours = {job.name: float(job.jct_s) for job in result.jobs if job.jct_s is not None}
-    missing = sorted(set(run.jct_s) - set(ours))
-    if missing:
-        raise SpecError(f"{log}: jobs {missing[:3]} are in Sia's log but not in {workload}")
-    return Comparison(workload, ours, run.jct_s, frozenset(policy.overrun))
+    return Comparison(run, ours, frozenset(policy.overrun))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--logs", type=Path, required=True, help="Sia's output folder of one trace")
-    parser.add_argument("--trace", default="philly", choices=("philly", "saturn"))
+    parser.add_argument("--trace", default="philly", choices=sorted(TRACES))
     args = parser.parse_args()
     logs = sorted(args.logs.glob("workload-*.log"), key=lambda p: int(p.stem.split("-")[1]))
     if not logs:
         raise SystemExit(f"{args.logs}: no workload-N.log files (Sia's multi_simulator.py --output writes them)")
     table = Table(title=f"{args.trace}: our simulator on Sia's schedules, against Sia's simulator")
-    for column in ("workload", "avg JCT h ours / Sia", "avg", "median job", "p5 / p95 job", "jobs within 1%", "late"):
+    columns = ("workload", "avg JCT h ours / Sia", "avg", "median job", "p5 / p95 job", "jobs within 1%", "late")
+    for column in columns:
         table.add_column(column, justify="left" if column == "workload" else "right")
     console = Console(width=150)
+    runs = []
     for log in logs:
         c = replay(f"{args.trace}/{log.stem}", log)
+        runs.append(c.sia)
         r = c.relative
-        ours_h = np.mean(list(c.ours_s.values())) / HOUR
-        sia_h = np.mean(list(c.sia_s.values())) / HOUR
         table.add_row(
             log.stem,
-            f"{ours_h:.3f} / {sia_h:.3f}",
+            f"{np.mean(list(c.ours_s.values())) / HOUR:.3f} / {np.mean(list(c.sia.jct_s.values())) / HOUR:.3f}",
             f"{c.avg_ratio - 1:+.2%}",
             f"{np.median(r):+.2%}",
             f"{np.percentile(r, 5):+.1%} / {np.percentile(r, 95):+.1%}",
             f"{np.mean(np.abs(r) <= 0.01):.0%}",
-            str(len(c.overrun)),
+            f"{len(c.overrun)}, ≤ {c.most_late_s:.0f} s",
         )
     console.print(table)
+    pooled = np.concatenate([list(run.jct_s.values()) for run in runs]) / HOUR
+    console.print(
+        f"Sia's simulator, from these logs (benchmarks.hetero's SIA_RERUN): avg JCT "
+        f"{np.mean([np.mean(list(run.jct_s.values())) for run in runs]) / HOUR:.3f} h, "
+        f"p99 {np.percentile(pooled, 99):.2f} h, makespan {np.mean([run.makespan_s for run in runs]) / HOUR:.2f} h, "
+        f"GPU-h/job {np.mean([np.mean(list(run.gpu_s.values())) for run in runs]) / HOUR:.2f}"
+    )
 
 
 if __name__ == "__main__":

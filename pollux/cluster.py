@@ -68,6 +68,12 @@ class Cluster:
     def of_groups(cls, groups: Sequence[NodeGroup]) -> Cluster:
         return cls(groups=groups)
 
+    def scaled(self, factor: int) -> Cluster:
+        """The same groups, each with `factor` times its nodes (a larger cluster of the same mix)."""
+        if factor < 1:
+            raise SpecError(f"a cluster scales by a whole factor >= 1, got {factor}")
+        return Cluster.of_groups([NodeGroup(g.gpu_type, g.num_nodes * factor, g.gpus_per_node) for g in self.groups])
+
     # -- per node ------------------------------------------------------------------------------------------------
     @functools.cached_property
     def node_gpus(self) -> tuple[int, ...]:

@@ -86,3 +86,13 @@ def test_validation_refuses_a_job_spanning_two_types_and_checks_each_nodes_own_s
 def test_an_empty_group_is_refused(nodes, gpus):
     with pytest.raises(SpecError):
         NodeGroup("aws", nodes, gpus)
+
+
+def test_scaling_keeps_the_mix_and_order_and_refuses_a_factor_below_one():
+    bigger = MIXED.scaled(3)
+    assert [(g.gpu_type, g.num_nodes, g.gpus_per_node) for g in bigger.groups] == [
+        (g.gpu_type, 3 * g.num_nodes, g.gpus_per_node) for g in MIXED.groups
+    ]
+    assert bigger.num_gpus == 3 * MIXED.num_gpus
+    with pytest.raises(SpecError, match="factor"):
+        MIXED.scaled(0)

@@ -7,14 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.sia_replay import SiaReplay, SiaRun, doubled, replay
+from benchmarks.sia_replay import SiaReplay, SiaRun, replay
 from pollux.cluster_spec import load_cluster
 from pollux.errors import SpecError
-from pollux.sim.run import SimConfig, simulate
-from pollux.sim.typed import load_typed_models
-from pollux.sim.workload import read_workload
+from pollux.policies.base import JobView
 
 WORKLOAD = "name,time,application,num_replicas,batch_size\ncifar10-0,0,cifar10,2,256\nbert-1,0,bert,1,384\n"
+SIA_NODES = {"aws": 6, "rtx": 3, "dgx-ext": 2}  # the sia-heterogeneous preset, as Sia's logs name it
 
 
 def job(name: str, allocation: list, completion: float | None) -> dict:
@@ -30,45 +29,70 @@ def write_log(path: Path, rounds: int, bert_done_s: float, cifar_done_s: float) 
             job("cifar10-0", ["dgx-ext", [1, 1]], cifar_done_s if t >= cifar_done_s else None),
             job("bert-1", ["rtx", [0]] if t < bert_done_s else [], bert_done_s if t >= bert_done_s else None),
         ]
-        lines.append(json.dumps({"timestamp": t, "submitted_jobs": jobs}))
+        lines.append(json.dumps({"timestamp": t, "num_nodes": SIA_NODES, "submitted_jobs": jobs}))
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
-def test_each_job_runs_where_sias_log_put_it_and_a_late_one_keeps_its_gpus(tmp_path: Path) -> None:
+def waiting(name: str, nodes: int) -> JobView:
+    return JobView(name, "cifar10", 0.0, (0,) * nodes, 0, 0.0, 1, 64, 128, 4096, (32, 256))
+
+
+def test_sias_node_of_a_type_maps_to_that_groups_node_and_a_late_job_to_its_spare_twin() -> None:
+    cluster = load_cluster("sia-heterogeneous")
+    run = SiaRun(
+        SIA_NODES,
+        {60: {"a": ("rtx", (2, 2)), "b": ("dgx-ext", (1,))}},
+        {"a": 0.0, "b": 0.0},
+        {"a": 100.0, "b": 1000.0},
+        {"a": 0.0, "b": 0.0},
+    )
+    policy, doubled = SiaReplay(run, cluster), cluster.scaled(2)  # nodes: aws 0-11, rtx 12-17, dgx-ext 18-21
+    jobs = [waiting("a", doubled.num_nodes), waiting("b", doubled.num_nodes)]
+    first = policy.optimize(jobs, doubled, 60.0).allocations
+    assert {name: {n: g for n, g in enumerate(a) if g} for name, a in first.items()} == {"a": {14: 2}, "b": {19: 1}}
+    # at 120 s Sia's run had finished a (at 100 s) but not b, and gave neither GPUs: a keeps its shape on rtx node
+    # 2's spare twin (12 + 3 + 2), b waits
+    later = policy.optimize(jobs, doubled, 120.0).allocations
+    assert {name: {n: g for n, g in enumerate(a) if g} for name, a in later.items()} == {"a": {17: 2}}
+    assert policy.overrun == {"a"}
+
+
+def test_a_replayed_run_follows_the_log_and_a_job_past_sias_schedule_still_finishes(tmp_path: Path) -> None:
     workload = tmp_path / "two.csv"
     workload.write_text(WORKLOAD)
     log = write_log(tmp_path / "workload-1.log", rounds=200, bert_done_s=150, cifar_done_s=11_000)
     result = replay(workload, log)
-    # bert needs far longer here than the 150 s the log claims: past Sia's schedule it kept one RTX GPU (spare node)
-    assert result.overrun == {"bert-1"}
-    assert result.ours_s["bert-1"] > 150
-    assert result.sia_s == {"cifar10-0": 11_000.0, "bert-1": 150.0}
-    # cifar10 ran on Sia's two A100s throughout and finished long before Sia's log said it did
-    assert result.ours_s["cifar10-0"] < 11_000
+    assert result.overrun == {"bert-1"}  # it needs far longer here than the 150 s the log claims
+    assert result.most_late_s == result.ours_s["bert-1"] - 150
+    assert result.ours_s["cifar10-0"] < 11_000  # Sia's two A100s throughout: done long before the log says
+    assert result.sia.jct_s == {"cifar10-0": 11_000.0, "bert-1": 150.0}
+    # Sia's GPU-seconds from its log: 2 GPUs from 60 s to 11,000 s; 1 GPU from 60 s to 150 s
+    assert result.sia.gpu_s == {"cifar10-0": 2 * (11_000 - 60), "bert-1": 150 - 60}
     assert result.relative.shape == (2,)
 
 
-def test_gpus_and_types_follow_the_log(tmp_path: Path) -> None:
+def test_a_log_of_another_cluster_or_workload_is_refused(tmp_path: Path) -> None:
     workload = tmp_path / "two.csv"
     workload.write_text(WORKLOAD)
-    log = write_log(tmp_path / "workload-1.log", rounds=200, bert_done_s=150, cifar_done_s=11_000)
-    models = load_typed_models("sia-sosp23")
-    cluster = doubled(load_cluster("sia-heterogeneous"))
-    assert cluster.num_gpus == 128
-    result = simulate(read_workload(workload).jobs, SiaReplay(SiaRun.read(log), cluster), models, SimConfig(cluster))
-    records = {r.name: r for r in result.jobs}
-    assert {t for t, s in records["cifar10-0"].gpu_seconds_by_type.items() if s > 0} == {"dgx-ext"}
-    assert {t for t, s in records["bert-1"].gpu_seconds_by_type.items() if s > 0} == {"rtx"}
-    assert {gpus for _, gpus, _ in result.job_timelines["cifar10-0"] if gpus} == {2}
-    assert {gpus for _, gpus, _ in result.job_timelines["bert-1"] if gpus} == {1}
+    log = write_log(tmp_path / "workload-1.log", rounds=3, bert_done_s=150, cifar_done_s=180)
+    with pytest.raises(SpecError, match="replay it on the cluster it ran on"):
+        replay(workload, log, cluster_name="sia-homogeneous")
+    other = tmp_path / "other.csv"
+    other.write_text(WORKLOAD.replace("bert-1,0,", "bert-1,30,"))
+    with pytest.raises(SpecError, match=r"jobs \['bert-1'\] differ from the workload's"):
+        replay(other, log)
 
 
-def test_a_malformed_or_unfinished_log_is_refused_with_its_line(tmp_path: Path) -> None:
+def test_a_malformed_empty_or_unfinished_log_is_refused_with_its_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.log"
     bad.write_text(json.dumps({"timestamp": 60}) + "\n")
     with pytest.raises(SpecError, match=r"bad\.log:1: not a round"):
         SiaRun.read(bad)
+    empty = tmp_path / "empty.log"
+    empty.write_text("\n")
+    with pytest.raises(SpecError, match="no rounds"):
+        SiaRun.read(empty)
     unfinished = write_log(tmp_path / "cut.log", rounds=2, bert_done_s=150, cifar_done_s=11_000)
     with pytest.raises(SpecError, match="unfinished"):
         SiaRun.read(unfinished)
