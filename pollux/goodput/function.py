@@ -12,7 +12,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from pollux.goodput.efficiency import GradientStats, efficiency
-from pollux.goodput.throughput import ThroughputParams, throughput
+from pollux.goodput.throughput import ThroughputParams, compute_time, step_time, sync_time, throughput
 
 BATCH_GRID_SIZE = 64  # candidate total batch sizes per allocation, geometrically spaced
 
@@ -72,8 +72,53 @@ class GoodputFunction:
         nodes, replicas = np.broadcast_arrays(np.asarray(num_nodes), np.asarray(num_replicas))
         shape = nodes.shape
         nodes = nodes.reshape(-1, 1).astype(np.int64)
-        active = replicas.reshape(-1, 1) >= 1  # no GPUs, no goodput
-        replicas = np.maximum(replicas.reshape(-1, 1).astype(np.int64), 1)
+        replicas = replicas.reshape(-1, 1).astype(np.int64)
+        local, accum, fits = self._candidates(replicas, max_batch_size, local_bsz_bounds, accumulation)
+        replicas = np.maximum(replicas, 1)
+        goodput = np.where(fits, self.goodput(nodes, replicas, local, accum), 0.0)
+
+        best = np.argmax(goodput, axis=1)
+        rows = np.arange(goodput.shape[0])
+        return BatchChoice(
+            goodput=goodput[rows, best].reshape(shape),
+            local_bsz=local[rows, best].astype(np.int64).reshape(shape),
+            accum_steps=accum[rows, best].astype(np.int64).reshape(shape),
+        )
+
+    def best_by_count(
+        self,
+        max_gpus: int,
+        max_batch_size: int | None = None,
+        local_bsz_bounds: tuple[int, int] | None = None,
+        accumulation: bool = False,
+    ) -> np.ndarray:
+        """The best goodput on K = 0…max_gpus GPUs, row 0 on one node, row 1 across nodes: `optimize`'s goodput on
+        that (2, max_gpus + 1) grid, the same numbers, about half the work. The batch candidates, T_grad and the
+        efficiency depend on K only, so they are computed once; only T_sync differs between the rows."""
+        replicas = np.arange(max_gpus + 1, dtype=np.int64).reshape(-1, 1)
+        local, accum, fits = self._candidates(replicas, max_batch_size, local_bsz_bounds, accumulation)
+        replicas = np.maximum(replicas, 1)
+        batch = replicas * local * (accum + 1)
+        t_grad = compute_time(self.throughput_params, local)
+        efficiency = self.efficiency(batch)
+        best = np.empty((2, max_gpus + 1))
+        for row, nodes in enumerate((1, 2)):
+            t_sync = sync_time(self.throughput_params, nodes, replicas)
+            rate = batch / step_time(self.throughput_params, t_grad, t_sync, accum)
+            best[row] = np.where(fits, rate * efficiency, 0.0).max(axis=1)
+        return best
+
+    def _candidates(
+        self,
+        replicas: np.ndarray,
+        max_batch_size: int | None,
+        local_bsz_bounds: tuple[int, int] | None,
+        accumulation: bool,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per GPU count (a column of `replicas`), the `BATCH_GRID_SIZE` candidate (m, s) of `optimize` and which
+        of them fit the bounds."""
+        active = replicas >= 1  # no GPUs, no goodput
+        replicas = np.maximum(replicas, 1)
         max_batch = self.init_batch_size if max_batch_size is None else int(max_batch_size)
         lo_bsz, hi_bsz = local_bsz_bounds or (1, max_batch)
         if not 1 <= lo_bsz <= hi_bsz:
@@ -90,13 +135,4 @@ class GoodputFunction:
         accum = np.maximum(np.ceil(per_replica / hi_bsz - 1e-9) - 1, 0) if accumulation else 0 * per_replica
         local = np.minimum(np.ceil(per_replica / (accum + 1) - 1e-9), max_batch // (replicas * (accum + 1)))
         fits = (local >= lo_bsz) & (local <= hi_bsz) & feasible
-        local = np.clip(local, lo_bsz, hi_bsz)
-        goodput = np.where(fits, self.goodput(nodes, replicas, local, accum), 0.0)
-
-        best = np.argmax(goodput, axis=1)
-        rows = np.arange(goodput.shape[0])
-        return BatchChoice(
-            goodput=goodput[rows, best].reshape(shape),
-            local_bsz=local[rows, best].astype(np.int64).reshape(shape),
-            accum_steps=accum[rows, best].astype(np.int64).reshape(shape),
-        )
+        return np.clip(local, lo_bsz, hi_bsz), accum, fits

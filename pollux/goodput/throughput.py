@@ -11,7 +11,7 @@ because a scheduling round evaluates thousands of candidate allocations at once.
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -32,14 +32,16 @@ class ThroughputParams:
     gamma: float
 
     def __post_init__(self) -> None:
-        values = np.array(astuple(self), dtype=np.float64)
+        values = self.to_array()
         if not np.all(np.isfinite(values)) or np.any(values[:6] < 0):
             raise ValueError(f"ThroughputParams need finite, non-negative values, got {self}")
         if self.gamma < 1:
             raise ValueError(f"ThroughputParams.gamma must be >= 1 (1 = no overlap), got {self.gamma}")
 
     def to_array(self) -> np.ndarray:
-        return np.array(astuple(self), dtype=np.float64)
+        # the fields by name: dataclasses.astuple deep-copies field by field, a cost a round pays thousands of times
+        values = (self.alpha_c, self.beta_c, self.alpha_r, self.beta_r, self.alpha_n, self.beta_n, self.gamma)
+        return np.array(values, dtype=np.float64)
 
     @classmethod
     def from_array(cls, values: ArrayLike) -> ThroughputParams:
@@ -78,7 +80,12 @@ def iteration_time(
 ) -> np.ndarray:
     """T_iter: seconds per optimizer step of K·m·(s+1) examples. Broadcasts over all four arguments."""
     t_grad = compute_time(params, local_bsz)
-    t_sync = sync_time(params, num_nodes, num_replicas)
+    return step_time(params, t_grad, sync_time(params, num_nodes, num_replicas), accum_steps)
+
+
+def step_time(params: ThroughputParams, t_grad: np.ndarray, t_sync: np.ndarray, accum_steps: ArrayLike) -> np.ndarray:
+    """T_iter from its parts: s compute-only micro-steps, then the last one overlapped with the all-reduce. Apart so
+    that a caller can compute T_grad once for several T_sync (one node, several nodes)."""
     return np.asarray(accum_steps) * t_grad + overlap(t_grad, t_sync, params.gamma)
 
 

@@ -79,13 +79,11 @@ def goodput_table(job: JobView, max_gpus: int) -> np.ndarray:
     replicas = np.arange(max_gpus + 1)
     if job.throughput_params is None:
         return np.vstack([replicas, replicas]).astype(np.float64)
-    nodes = np.array([[1], [2]])
     if job.batch_size is None:
         fn = job.goodput_fn()
         assert fn is not None
-        best = fn.optimize(nodes, replicas[None, :], job.max_batch_size, job.local_bsz_bounds, accumulation=True)
-        return best.goodput
-    return fixed_batch_goodput(job, nodes, replicas)
+        return fn.best_by_count(max_gpus, job.max_batch_size, job.local_bsz_bounds, accumulation=True)
+    return fixed_batch_goodput(job, np.array([[1], [2]]), replicas)
 
 
 def fair_share_base(goodput: np.ndarray, fair_gpus: int) -> float:

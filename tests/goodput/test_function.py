@@ -68,3 +68,20 @@ def test_optimize_fills_the_per_gpu_batch_when_a_step_has_a_large_fixed_cost():
     choice = fn.optimize(1 + (replicas > 4), replicas, 512, (4, 8), accumulation=True)
     assert np.all(choice.local_bsz == 8)
     assert np.all(replicas * 8 * (choice.accum_steps + 1) <= 512)
+
+
+@pytest.mark.parametrize("accumulation", [False, True])
+def test_best_by_count_gives_optimize_s_numbers_exactly(accumulation):
+    """The policies' per-count table shares T_grad and the efficiency between its two rows; it must not change a
+    single value `optimize` gives on the same grid, for any model (γ at 1, between, and large)."""
+    rng = np.random.default_rng(7)
+    for gamma in (1.0, 1.37, 2.0, 9.5):
+        times = rng.uniform(0.0005, 0.2, 6)
+        fn = GoodputFunction(ThroughputParams(*times, gamma=gamma), GradientStats(1.0, rng.uniform(0, 50)), 64)
+        max_gpus = int(rng.integers(1, 65))
+        bounds = (int(rng.integers(1, 32)), int(rng.integers(32, 512)))
+        table = fn.best_by_count(max_gpus, 8192, bounds, accumulation)
+        grid = fn.optimize(np.array([[1], [2]]), np.arange(max_gpus + 1)[None, :], 8192, bounds, accumulation)
+        assert table.shape == (2, max_gpus + 1)
+        np.testing.assert_array_equal(table, grid.goodput)
+        assert table[:, 0].tolist() == [0.0, 0.0] and np.all(table[:, 1:] > 0)
