@@ -48,6 +48,11 @@ class Published:
     makespan_h: float
     gpu_hours_per_job: float
 
+    @property
+    def metrics(self) -> tuple[float, float, float, float]:
+        """The row's numbers in the table's column order."""
+        return (self.avg_jct_h, self.p99_h, self.makespan_h, self.gpu_hours_per_job)
+
 
 # The Sia paper's Table 3, heterogeneous 64 GPUs; the policy it stands beside here.
 TABLE_3: dict[tuple[str, str], Published] = {
@@ -171,8 +176,7 @@ def application_table(trace: str, count: int, policies: list[str], runs: list[li
 def against(ours: tuple[float, ...], theirs: Published, digits: int) -> list[str]:
     """Cells `ours / theirs (±%)` for avg JCT, p99, makespan and GPU-hours per job; `digits` of theirs shown (the
     paper's one decimal, or a rerun's two)."""
-    values = (theirs.avg_jct_h, theirs.p99_h, theirs.makespan_h, theirs.gpu_hours_per_job)
-    return [f"{v:.2f} / {t:.{digits}f} ({v / t - 1:+.0%})" for v, t in zip(ours, values, strict=True)]
+    return [f"{v:.2f} / {t:.{digits}f} ({v / t - 1:+.0%})" for v, t in zip(ours, theirs.metrics, strict=True)]
 
 
 def parse_setting(text: str) -> tuple[str, float | bool]:
@@ -228,9 +232,8 @@ def main() -> None:
                 table.add_row(label, cells[0], f"{np.std(means):.2f}", *cells[1:], contention, round_ms)
                 if policy == "pollux" and count == TRACES[trace]:
                     rerun, sia = SIA_RERUN[trace], TABLE_3[trace, "pollux"]
-                    theirs = (rerun.avg_jct_h, rerun.p99_h, rerun.makespan_h, rerun.gpu_hours_per_job)
                     for name, row in (
-                        (f"{rerun.policy} (vs Sia)", against(theirs, sia, 1)),
+                        (f"{rerun.policy} (vs Sia)", against(rerun.metrics, sia, 1)),
                         ("pollux (vs Sia's code)", against(ours, rerun, 2)),
                     ):
                         table.add_row(name, row[0], "", *row[1:])
