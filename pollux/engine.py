@@ -24,7 +24,8 @@ class Decision:
     job: str
     kind: DecisionKind
     allocation: Allocation  # the new one; all zeros for "stop"
-    batch: BatchConfig | None = None
+    batch: BatchConfig | None = None  # the policy's batch, where it chooses one
+    gpu_type: str | None = None  # the type of the GPUs it lands on (the engine's word: nobody works it out again)
 
 
 class Backend(Protocol):
@@ -52,8 +53,15 @@ class RoundResult:
     reasons: Mapping[str, str] = field(default_factory=dict)
 
 
-def diff(jobs: Sequence[JobView], allocations: Mapping[str, Allocation], empty: Allocation) -> list[Decision]:
-    """Decisions that turn the jobs' current allocations into `allocations`."""
+def diff(
+    jobs: Sequence[JobView],
+    allocations: Mapping[str, Allocation],
+    cluster: Cluster,
+    batch: Mapping[str, BatchConfig] | None = None,
+) -> list[Decision]:
+    """Decisions that turn the jobs' current allocations into `allocations`, each with the GPU type it lands on and
+    the policy's batch where it has one."""
+    empty, batch = cluster.empty(), batch or {}
     decisions = []
     for job in jobs:
         new = allocations.get(job.name, empty)
@@ -61,7 +69,7 @@ def diff(jobs: Sequence[JobView], allocations: Mapping[str, Allocation], empty: 
         if new == job.allocation or (old_gpus == 0 and new_gpus == 0):
             continue
         kind: DecisionKind = "stop" if new_gpus == 0 else "start" if old_gpus == 0 else "resize"
-        decisions.append(Decision(job.name, kind, new))
+        decisions.append(Decision(job.name, kind, new, batch.get(job.name), cluster.allocation_type(new)))
     return decisions
 
 
@@ -81,10 +89,6 @@ class Scheduler:
         names = {job.name for job in jobs}
         allocations = {name: alloc for name, alloc in result.allocations.items() if name in names and any(alloc)}
         validate_allocations(cluster, allocations, avoid_sharing=self.policy.avoids_sharing)
-        decisions = diff(jobs, allocations, cluster.empty())
-        decisions = [
-            Decision(d.job, d.kind, d.allocation, result.batch.get(d.job)) if d.job in result.batch else d
-            for d in decisions
-        ]
+        decisions = diff(jobs, allocations, cluster, result.batch)
         self.backend.apply(decisions, now)
         return RoundResult(now, tuple(decisions), allocations, dict(result.reasons))

@@ -6,8 +6,7 @@ it on rank 0 with this fit and broadcasts the result, so every replica uses the 
 
 from __future__ import annotations
 
-from pollux.agent.throughput_log import ThroughputLog
-from pollux.goodput import ThroughputParams, fit_throughput
+from pollux.goodput import ThroughputLog, ThroughputParams, fit_throughput
 
 
 def refit(log: ThroughputLog, previous: ThroughputParams | None = None) -> ThroughputParams | None:

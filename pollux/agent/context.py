@@ -28,14 +28,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from pollux.agent import environment
 from pollux.agent.adapt import refit
 from pollux.agent.checkpoint import CheckpointStore
-from pollux.agent.report import BatchInUse, CheckpointInfo, JobReport, Progress, write_report
+from pollux.agent.report import BatchInUse, CheckpointInfo, JobReport, Progress, ThroughputSample, write_report
 from pollux.agent.rng import capture_rng, restore_rng
 from pollux.agent.steps import StepTiming, StepTracker
-from pollux.agent.throughput_log import ThroughputLog
 from pollux.errors import AgentError, CheckpointError
-from pollux.goodput import BatchConfig, GradientStats, ThroughputParams, decide_batch
+from pollux.goodput import BatchConfig, GradientStats, ThroughputLog, ThroughputParams, decide_batch
 
 if TYPE_CHECKING:
     from pollux.agent.data import AdaptiveDataLoader
@@ -48,16 +48,14 @@ REPORT_INTERVAL_S = 2.0  # a running job rewrites its report at most this often 
 # Periodic checkpoints bound what a crash (of a worker, a node, or everything) loses to one interval. Without a
 # setting, the interval follows the measured cost of a save: at least AUTO_CHECKPOINT_MIN_S, and long enough that
 # saving takes at most 1/AUTO_CHECKPOINT_COST_FACTOR of the time (1%; see benchmarks/kill_recovery for the costs).
-CHECKPOINT_INTERVAL_ENV = "POLLUX_CHECKPOINT_INTERVAL_S"
 AUTO_CHECKPOINT_MIN_S = 30.0
 AUTO_CHECKPOINT_COST_FACTOR = 100.0
 EXIT_CODE_STOPPED = 143  # 128 + SIGTERM, what a launcher expects from a worker it asked to stop
-# What the scheduler tells a job about the GPUs it runs on (docs/agent-report-schema.md, version 2): their type, the
-# model to start from on a type the job has not run on yet (the policy's bootstrap estimate), and the per-GPU batch
-# bounds of that type where its memory differs.
-GPU_TYPE_ENV = "POLLUX_GPU_TYPE"
-BOOTSTRAP_ENV = "POLLUX_THROUGHPUT_BOOTSTRAP"
-BOUNDS_ENV = "POLLUX_LOCAL_BSZ_BOUNDS"
+# The scheduler's variables (`pollux.agent.environment`, the one contract both sides import).
+CHECKPOINT_INTERVAL_ENV = environment.CHECKPOINT_INTERVAL_S
+GPU_TYPE_ENV = environment.GPU_TYPE
+BOOTSTRAP_ENV = environment.THROUGHPUT_BOOTSTRAP
+BOUNDS_ENV = environment.LOCAL_BSZ_BOUNDS
 UNTYPED = "default"  # the key of what a job learns where nobody told it a GPU type (run without a scheduler)
 
 _CURRENT: contextvars.ContextVar[AgentContext | None] = contextvars.ContextVar("pollux_agent", default=None)
@@ -110,8 +108,8 @@ def init_process_group(
         checkpoint_interval_s = _interval_from_env(env.get(CHECKPOINT_INTERVAL_ENV))
     elif not (math.isfinite(checkpoint_interval_s) and checkpoint_interval_s > 0):
         raise AgentError(f"checkpoint_interval_s must be a number of seconds > 0, got {checkpoint_interval_s!r}")
-    checkpoint_dir = checkpoint_dir or env.get("POLLUX_CHECKPOINT_DIR") or None
-    report_path = report_path or env.get("POLLUX_REPORT_PATH") or None
+    checkpoint_dir = checkpoint_dir or env.get(environment.CHECKPOINT_DIR) or None
+    report_path = report_path or env.get(environment.REPORT_PATH) or None
     agent = AgentContext(
         rank=rank,
         world_size=world_size,
@@ -119,7 +117,7 @@ def init_process_group(
         num_nodes=_count_nodes(world_size),
         checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None,
         report_path=Path(report_path) if report_path else None,
-        job_name=job_name or env.get("POLLUX_JOB_NAME") or None,
+        job_name=job_name or env.get(environment.JOB_NAME) or None,
         owns_group=owns_group,
         checkpoint_interval_s=checkpoint_interval_s,
     )
@@ -142,15 +140,29 @@ def remaining_epochs_until(epochs: int) -> Iterator[int]:
 
 def _interval_from_env(value: str | None) -> float | None:
     """`$POLLUX_CHECKPOINT_INTERVAL_S`: seconds > 0, or unset/empty/"auto" for the cost-based default."""
-    if value is None or value.strip() in ("", "auto"):
-        return None
     try:
-        seconds = float(value)
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise AgentError(f"{CHECKPOINT_INTERVAL_ENV}={value!r}: expected seconds > 0 (e.g. 300) or 'auto'")
-    return seconds
+        return environment.parse_interval(value)
+    except ValueError as error:
+        raise AgentError(str(error)) from None
+
+
+def _report_samples(log: ThroughputLog) -> tuple[ThroughputSample, ...]:
+    """One sample per configuration the job ran, with its median times, as the job report lists them."""
+    found = log.samples()
+    if found is None:
+        return ()
+    columns = (
+        found.num_nodes,
+        found.num_replicas,
+        found.local_bsz,
+        found.accum_steps,
+        found.compute_time,
+        found.step_time,
+    )
+    return tuple(
+        ThroughputSample(int(n), int(k), int(m), int(s), float(c), float(t))
+        for n, k, m, s, c, t in zip(*columns, strict=True)
+    )
 
 
 def _await_peers_closed(store: Any, rank: int, world_size: int, timeout_s: float = 10.0) -> None:
@@ -166,8 +178,8 @@ def _await_peers_closed(store: Any, rank: int, world_size: int, timeout_s: float
 
 def _count_nodes(world_size: int) -> int:
     """Distinct hosts in the group (`$POLLUX_NUM_NODES` overrides): the N of the throughput model."""
-    if "POLLUX_NUM_NODES" in os.environ:
-        return int(os.environ["POLLUX_NUM_NODES"])
+    if environment.NUM_NODES in os.environ:
+        return int(os.environ[environment.NUM_NODES])
     if world_size == 1:
         return 1
     hosts: list[Any] = [None] * world_size
@@ -268,10 +280,9 @@ class AgentContext:
         if not told:
             return bounds
         try:
-            low, high = (int(v) for v in told.split(","))
-        except ValueError:
-            raise AgentError(f"{BOUNDS_ENV}={told!r}: expected MIN,MAX per-GPU batch bounds, e.g. 8,128") from None
-        return low, high
+            return environment.parse_bounds(told)
+        except ValueError as error:
+            raise AgentError(str(error)) from None
 
     # -- components and restore ------------------------------------------------------------------------------
 
@@ -588,7 +599,7 @@ class AgentContext:
             throughput_params_by_type=dict(self.params_by_type),
             local_bsz_bounds_by_type=self._bounds_by_type_now(),
             run_time_by_type_s=self.run_time_by_type(),
-            throughput_samples_by_type={k: log.report_samples() for k, log in self.throughput_logs.items() if len(log)},
+            throughput_samples_by_type={k: _report_samples(log) for k, log in self.throughput_logs.items() if len(log)},
         )
 
     def _bounds_by_type_now(self) -> dict[str, tuple[int, int]]:

@@ -7,6 +7,7 @@ from pollux.goodput.batch import BatchConfig, BatchDecision, BatchLimits, decide
 from pollux.goodput.efficiency import GradientStats, adascale_gain, efficiency, noise_scale
 from pollux.goodput.fit import ThroughputSamples, fit_throughput, rmsle
 from pollux.goodput.function import BatchChoice, GoodputFunction
+from pollux.goodput.log import ThroughputLog
 from pollux.goodput.throughput import (
     ThroughputParams,
     compute_time,
@@ -23,6 +24,7 @@ __all__ = [
     "BatchLimits",
     "GoodputFunction",
     "GradientStats",
+    "ThroughputLog",
     "ThroughputParams",
     "ThroughputSamples",
     "adascale_gain",

@@ -14,6 +14,7 @@ import importlib.util
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 
+from pollux.defaults import RESTART_DELAY_S
 from pollux.errors import SpecError
 from pollux.policies.base import Policy
 
@@ -46,7 +47,7 @@ def policy_class(name: str) -> type[Policy]:
 class PolicySettings:
     """The knobs of the policies that have them (see each policy's `settings`)."""
 
-    restart_delay_s: float = 30.0  # δ of Pollux's re-allocation factor (§4.2)
+    restart_delay_s: float = float(RESTART_DELAY_S)  # δ of Pollux's re-allocation factor (§4.2)
     p: float = -1.0  # power-mean exponent: −1 fair, 1 throughput
     avoid_interference: bool = True  # never two distributed jobs on one node
     discount_starts: bool = True  # the artifact's factor on a waiting job's start too (the runtime turns it off)

@@ -8,23 +8,25 @@ agent that learns its throughput model only from the placements it has itself ru
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from pollux.autoscale import moved_allocation
 from pollux.cluster import Allocation, Cluster, num_nodes_used, placement
+from pollux.defaults import RESTART_DELAY_S
 from pollux.engine import Decision
 from pollux.errors import SpecError
 from pollux.goodput import (
     BatchConfig,
     BatchLimits,
     GradientStats,
+    ThroughputLog,
     ThroughputParams,
-    ThroughputSamples,
     adascale_gain,
     decide_batch,
     fit_throughput,
 )
-from pollux.policies.base import MAX_ELASTIC_GPUS, JobView, exploration_bound
+from pollux.policies.base import JobView
+from pollux.policies.facts import JobFacts, gpu_bound, job_view
 from pollux.policies.placement import fixed_batch_config
 from pollux.sim.jobmodel import JobModel, accumulated_step_time
 from pollux.sim.typed import TypedJobModel
@@ -73,7 +75,7 @@ class SimJob:
     running_s: float = 0.0
     gpu_s_by_type: dict[str, float] = field(default_factory=dict)  # GPU-seconds held on each type
     run_s_by_type: dict[str, float] = field(default_factory=dict)  # seconds held GPUs of each type
-    samples: dict[str, dict[tuple[int, int, int], tuple[float, float]]] = field(default_factory=dict)
+    samples: dict[str, ThroughputLog] = field(default_factory=dict)  # what it ran, per GPU type (or POOLED)
     params_by_type: dict[str, ThroughputParams] = field(default_factory=dict)
     grad_stats: GradientStats | None = None
     policy_batch: BatchConfig | None = None  # the batch the policy chose, where it chooses
@@ -108,18 +110,21 @@ class SimJob:
     def batch_size(self) -> int:
         return self.num_gpus * self.local_bsz * (self.accum_steps + 1)
 
+    def max_replicas_run(self) -> int:
+        """The most GPUs it has run on, on any type (what it has measured of its scaling)."""
+        return max((log.max_replicas for log in self.samples.values()), default=0)
+
     def max_gpus(self) -> int:
-        """Elastic bound: adaptive jobs explore up to 2× the most GPUs they ran on (docs/design.md); fixed-batch jobs
-        up to batch // min per-GPU batch."""
+        """The most GPUs it may be given (`pollux.policies.facts.gpu_bound`, the runtime's rule too)."""
         model = self.model
-        if self.spec.batch_by_policy:
-            bound = min(MAX_ELASTIC_GPUS, model.max_batch_size // model.min_local_bsz)
-        elif self.spec.batch_size is None:
-            explored = max((k[1] for seen in self.samples.values() for k in seen), default=0)
-            bound = exploration_bound(explored, model.max_batch_size, model.min_local_bsz)
-        else:
-            bound = max(self.spec.batch_size // model.min_local_bsz, 1)
-        return min(bound, self.spec.max_gpus) if self.spec.max_gpus else bound
+        return gpu_bound(
+            self.spec.batch_size,
+            self.spec.batch_by_policy,
+            self.max_replicas_run(),
+            model.max_batch_size,
+            model.min_local_bsz,
+            self.spec.max_gpus or None,
+        )
 
     def batch_limits(self) -> BatchLimits:
         """The bounds the job's agent decides its batch within (accumulation allowed, as in the artifact)."""
@@ -152,21 +157,18 @@ class SimJob:
         self.accum_steps = accum
 
     def record_sample(self, nodes: int, gpus: int, step_s: float, sync_s: float) -> None:
-        """Remember a configuration the job ran, and refit its throughput model (of this type) when it is new.
+        """Log a configuration the job ran in its `ThroughputLog` (the agent's), and refit its throughput model (of
+        this type) when the configuration is new. A profile's times do not vary, so the first is all there is.
 
         Every refit starts afresh, as the artifact's agents do, so the job's model of its own scaling depends on what
         it ran, not on the order it happened to explore in."""
-        key = (nodes, gpus, self.local_bsz)
-        seen = self.samples.setdefault(self._samples_key, {})
-        if key in seen or not self.fit_throughput_model:
+        key = (nodes, gpus, self.local_bsz, 0)  # the profile's times are of one micro-batch step
+        log = self.samples.setdefault(self._samples_key, ThroughputLog())
+        if key in log or not self.fit_throughput_model:
             return
-        seen[key] = (step_s, sync_s)
-        keys = list(seen)
-        steps = [seen[k][0] for k in keys]
-        computes = [max(seen[k][0] - seen[k][1], 1e-6 * seen[k][0]) for k in keys]
-        samples = ThroughputSamples.from_arrays(
-            [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], computes, steps
-        )
+        log.record(*key, compute_s=max(step_s - sync_s, 1e-6 * step_s), step_s=step_s)
+        samples = log.samples()
+        assert samples is not None
         self.params_by_type[self._samples_key] = fit_throughput(samples)
 
     # -- progress ------------------------------------------------------------------------------------------
@@ -295,7 +297,7 @@ class SimBackend:
         cluster: Cluster,
         jobs: Sequence[SimJobSpec],
         models: Mapping[str, JobModel | TypedJobModel],
-        restart_delay_s: float = 30.0,
+        restart_delay_s: float = float(RESTART_DELAY_S),
         interference: float = 0.0,
         fit_throughput_model: bool = True,
         type_aware: bool = True,
@@ -370,46 +372,43 @@ class SimBackend:
         return [job for job in self.jobs if job.spec.submit_time_s <= now and not job.done]
 
     def job_views(self, now: float) -> list[JobView]:
-        empty = self._cluster.empty()
-        views = []
-        for job in self.active(now):
-            model = job.model if self.type_aware else job.typed.on(self._usable[job.spec.application][0])
-            view = JobView(
-                name=job.spec.name,
-                application=job.spec.application,
-                submit_time_s=job.spec.submit_time_s,
-                allocation=job.allocation or empty,
-                num_restarts=job.num_restarts or 0,
-                attained_service_gpu_s=job.attained_gpu_s,
-                requested_gpus=job.spec.requested_gpus,
-                max_gpus=job.max_gpus(),
-                init_batch_size=model.init_batch_size,
-                max_batch_size=model.max_batch_size,
-                local_bsz_bounds=(model.min_local_bsz, model.max_local_bsz),
-                batch_size=job.spec.batch_size,
-                throughput_params=job.params,
-                grad_stats=job.grad_stats,
-                remaining_steps=job.remaining_steps(),
-                placement_sensitive=self._sensitive[job.spec.application],
-                restart_delay_s=job.typed.restore_delay_s,
-            )
-            views.append(self._typed_view(view, job) if self._cluster.heterogeneous else view)
-        return views
+        return [job_view(self._facts(job)) for job in self.active(now)]
 
-    def _typed_view(self, view: JobView, job: SimJob) -> JobView:
-        """What a policy knows of a job's GPU types: where it may run and how long it ran on each; and, for a
-        policy that tells types apart, its model and memory bounds per type and its 1-GPU throughput per type."""
+    def _facts(self, job: SimJob) -> JobFacts:
+        """What a policy may know of a simulated job. On a cluster of several GPU types: where it may run and how
+        long it ran on each; and, for a policy that tells types apart, its model and memory bounds per type and its
+        1-GPU throughput per type. A type-unaware policy sees the bounds of the job's first usable type."""
         usable = self._usable[job.spec.application]
-        view = replace(view, gpu_types=usable, run_time_by_type_s=dict(job.run_s_by_type))
-        if not self.type_aware:
-            return view
-        return replace(
-            view,
-            throughput_params_by_type=dict(job.params_by_type),
-            local_bsz_bounds_by_type={
-                t: (job.typed.on(t).min_local_bsz, job.typed.on(t).max_local_bsz) for t in usable
-            },
-            single_gpu_throughput_by_type=self._speeds[job.spec.application],
+        model = job.model if self.type_aware else job.typed.on(usable[0])
+        typed = self._cluster.heterogeneous
+        per_type = typed and self.type_aware
+        return JobFacts(
+            name=job.spec.name,
+            application=job.spec.application,
+            submit_time_s=job.spec.submit_time_s,
+            allocation=job.allocation or self._cluster.empty(),
+            num_restarts=job.num_restarts or 0,
+            attained_service_gpu_s=job.attained_gpu_s,
+            requested_gpus=job.spec.requested_gpus,
+            init_batch_size=model.init_batch_size,
+            max_batch_size=model.max_batch_size,
+            local_bsz_bounds=(model.min_local_bsz, model.max_local_bsz),
+            batch_size=job.spec.batch_size,
+            batch_by_policy=job.spec.batch_by_policy,
+            max_replicas_run=job.max_replicas_run(),
+            gpu_cap=job.spec.max_gpus or None,
+            throughput_params=job.params,
+            grad_stats=job.grad_stats,
+            remaining_steps=job.remaining_steps(),
+            placement_sensitive=self._sensitive[job.spec.application],
+            gpu_types=usable if typed else None,
+            throughput_params_by_type=dict(job.params_by_type) if per_type else {},
+            local_bsz_bounds_by_type=(
+                {t: (job.typed.on(t).min_local_bsz, job.typed.on(t).max_local_bsz) for t in usable} if per_type else {}
+            ),
+            run_time_by_type_s=dict(job.run_s_by_type) if typed else {},
+            single_gpu_throughput_by_type=self._speeds[job.spec.application] if per_type else {},
+            restart_delay_s=job.typed.restore_delay_s,
         )
 
     def resize(self, cluster: Cluster, kept: Sequence[int], now: float) -> None:
@@ -428,12 +427,11 @@ class SimBackend:
 
     def apply(self, decisions: Sequence[Decision], now: float) -> None:
         for decision in decisions:
-            gpu_type = self._cluster.allocation_type(decision.allocation)
             job = self._by_name[decision.job]
-            if not job.typed.restarts_on_move and _same_shape(job, decision.allocation, gpu_type):
+            if not job.typed.restarts_on_move and _same_shape(job, decision.allocation, decision.gpu_type):
                 job.move(decision.allocation, decision.batch)
                 continue
-            job.reallocate(decision.allocation, now, self.restart_delay_s, decision.batch, gpu_type)
+            job.reallocate(decision.allocation, now, self.restart_delay_s, decision.batch, decision.gpu_type)
 
 
 def _same_shape(job: SimJob, allocation: Allocation, gpu_type: str | None) -> bool:

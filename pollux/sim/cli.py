@@ -20,6 +20,7 @@ from pollux.cluster import DEFAULT_GPU_TYPE, Cluster
 from pollux.cluster_spec import DEFAULT_PRESET, PRESETS, load_cluster
 from pollux.console import plain_console
 from pollux.data.locate import DATASET, SIA_DATASET, Artifact
+from pollux.defaults import RESTART_DELAY_S, ROUND_INTERVAL_S
 from pollux.errors import DataNotFoundError, PolluxError
 from pollux.option_bounds import bounds
 from pollux.sim.jobmodel import JobModel
@@ -280,8 +281,12 @@ def simulate_command(
     gpus_per_node: Annotated[
         int | None, typer.Option(help="GPUs on each of its nodes (default 4).", callback=bounds(1))
     ] = None,
-    interval: Annotated[int, typer.Option(help="Seconds between scheduling rounds.", callback=bounds(1))] = 60,
-    restart_delay: Annotated[int, typer.Option(help="Seconds lost at every (re)start.", callback=bounds(0))] = 30,
+    interval: Annotated[
+        int, typer.Option(help="Seconds between scheduling rounds.", callback=bounds(1))
+    ] = ROUND_INTERVAL_S,
+    restart_delay: Annotated[
+        int, typer.Option(help="Seconds lost at every (re)start.", callback=bounds(0))
+    ] = RESTART_DELAY_S,
     interference: Annotated[
         float,
         typer.Option(help="Slowdown of distributed jobs sharing a node, 0-1.", callback=bounds(0, 1, high_open=True)),

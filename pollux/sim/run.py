@@ -13,6 +13,7 @@ import numpy as np
 from pollux.autoscale import AutoscaleSettings
 from pollux.cluster import Cluster
 from pollux.data.philly import philly_service_samples
+from pollux.defaults import RESTART_DELAY_S, ROUND_INTERVAL_S
 from pollux.engine import Scheduler
 from pollux.errors import SimulationError, SpecError
 from pollux.policies.base import JobView, Policy
@@ -37,8 +38,8 @@ class SimConfig:
     node asked for is usable `boot_time_s` later (the artifact's simulator: at once)."""
 
     cluster: Cluster = field(default_factory=Cluster)
-    interval_s: int = 60
-    restart_delay_s: int = 30
+    interval_s: int = ROUND_INTERVAL_S
+    restart_delay_s: int = RESTART_DELAY_S
     interference: float = 0.0
     autoscale: AutoscaleSettings | None = None
     boot_time_s: float = 0.0

@@ -6,9 +6,8 @@ import pytest
 from pollux.agent.adapt import refit
 from pollux.agent.sampler import MicroBatch
 from pollux.agent.steps import StepTracker
-from pollux.agent.throughput_log import ThroughputLog
 from pollux.errors import AgentError
-from pollux.goodput import BatchLimits, GradientStats, decide_batch, initial_config
+from pollux.goodput import BatchLimits, GradientStats, ThroughputLog, decide_batch, initial_config
 
 LIMITS = BatchLimits(init_batch_size=32, max_batch_size=1024, local_bsz_bounds=(8, 64), accumulation=True)
 

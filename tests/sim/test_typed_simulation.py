@@ -8,7 +8,7 @@ import pytest
 
 from pollux.cluster import Cluster, NodeGroup
 from pollux.data.locate import find_data_dir
-from pollux.engine import Decision
+from pollux.engine import Decision, DecisionKind
 from pollux.errors import DataNotFoundError, SpecError
 from pollux.sim.backend import SimBackend, SimJob, SimJobSpec
 from pollux.sim.jobmodel import JobModel, run_time_s
@@ -104,6 +104,11 @@ def test_calibration_slows_progress_and_the_models_restore_delay_replaces_the_re
     assert job.completion_time_s == pytest.approx(50.0 + 1.8 * alone, rel=0.01)
 
 
+def decided(kind: DecisionKind, allocation: tuple[int, ...]) -> Decision:
+    """What the engine hands the backend for job "c": the decision with the GPU type of its allocation."""
+    return Decision("c", kind, allocation, gpu_type=CLUSTER.allocation_type(allocation))
+
+
 @pytest.mark.parametrize("restarts_on_move", [True, False])
 def test_a_move_restarts_a_job_unless_its_model_restarts_only_on_a_new_shape_or_type(models, restarts_on_move):
     """The Pollux artifact's simulator restarts a job on any change of its GPUs; Sia's only when its GPUs per node
@@ -112,18 +117,18 @@ def test_a_move_restarts_a_job_unless_its_model_restarts_only_on_a_new_shape_or_
     typed = TypedJobModel("cifar10", base.by_type, restore_delay_s=50.0, restarts_on_move=restarts_on_move)
     backend = SimBackend(CLUSTER, [SimJobSpec("c", "cifar10", 0.0, 2, 256)], {"cifar10": typed})
     job = backend.jobs[0]
-    backend.apply([Decision("c", "start", (2, 0, 0))], 0.0)
+    backend.apply([decided("start", (2, 0, 0))], 0.0)
     backend.advance(0.0, 120.0)
     assert (job.num_restarts, job.restart_left_s) == (0, 0.0)
     progress = job.progress
-    backend.apply([Decision("c", "resize", (0, 2, 0))], 120.0)  # other slow node, same shape
+    backend.apply([decided("resize", (0, 2, 0))], 120.0)  # other slow node, same shape
     assert job.allocation == (0, 2, 0)
     moved_free = not restarts_on_move
     assert (job.num_restarts, job.restart_left_s) == ((0, 0.0) if moved_free else (1, 50.0))
     assert job.progress == progress
-    backend.apply([Decision("c", "resize", (1, 1, 0))], 180.0)  # a new shape restarts either way
+    backend.apply([decided("resize", (1, 1, 0))], 180.0)  # a new shape restarts either way
     assert job.restart_left_s == 50.0
-    backend.apply([Decision("c", "resize", (0, 0, 2))], 240.0)  # so does a new type, with the same shape
+    backend.apply([decided("resize", (0, 0, 2))], 240.0)  # so does a new type, with the same shape
     assert (job.gpu_type, job.restart_left_s) == ("fast", 50.0)
     assert job.num_restarts == (2 if moved_free else 3)
 

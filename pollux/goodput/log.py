@@ -1,8 +1,9 @@
-"""Every (nodes, replicas, local batch, accumulation) the job has run, with its measured step times (torch-free).
+"""Every (nodes, replicas, local batch, accumulation) a job has run, with its measured step times.
 
 Why: the throughput model (Pollux §3.2) is refitted on all configurations the job itself has run, across
-restarts, so the log lives in the checkpoint. Per configuration it keeps the most recent timings and hands the
-fit their medians: one slow step (garbage collection, a checkpoint, a noisy neighbour) must not bend the model.
+restarts, so the agent keeps the log in its checkpoint; a simulated job records its profile's times in the same log.
+Per configuration it keeps the most recent timings and hands the fit their medians: one slow step (garbage
+collection, a checkpoint, a noisy neighbour) must not bend the model.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from pollux.agent.report import ThroughputSample
-from pollux.goodput import ThroughputSamples
+from pollux.goodput.fit import ThroughputSamples
 
 Config = tuple[int, int, int, int]  # (num_nodes, num_replicas, local_bsz, accum_steps)
 
@@ -39,6 +39,9 @@ class ThroughputLog:
     def __len__(self) -> int:
         return len(self._times)
 
+    def __contains__(self, config: Config) -> bool:
+        return config in self._times
+
     @property
     def max_replicas(self) -> int:
         """The most replicas the job has run on (the scheduler lets it grow to twice that: docs/design.md,
@@ -49,10 +52,10 @@ class ThroughputLog:
         return sum(self._counts.values())
 
     def samples(self) -> ThroughputSamples | None:
-        """One row per configuration with its median times; None before the first record."""
+        """One row per configuration, in the order first run, with its median times; None before the first record."""
         if not self._times:
             return None
-        keys = sorted(self._times)
+        keys = list(self._times)
         cols = np.array(keys, dtype=np.int64).reshape(-1, 4)
         medians = np.array([np.median(np.array(self._times[k]), axis=0) for k in keys]).reshape(-1, 2)
         return ThroughputSamples.from_arrays(
@@ -62,24 +65,6 @@ class ThroughputLog:
             accum_steps=cols[:, 3],
             compute_time=medians[:, 0],
             step_time=medians[:, 1],
-        )
-
-    def report_samples(self) -> tuple[ThroughputSample, ...]:
-        """One sample per configuration with its median times, as the job report lists them."""
-        found = self.samples()
-        if found is None:
-            return ()
-        columns = (
-            found.num_nodes,
-            found.num_replicas,
-            found.local_bsz,
-            found.accum_steps,
-            found.compute_time,
-            found.step_time,
-        )
-        return tuple(
-            ThroughputSample(int(n), int(k), int(m), int(s), float(c), float(t))
-            for n, k, m, s, c, t in zip(*columns, strict=True)
         )
 
     def state_dict(self) -> dict[str, Any]:

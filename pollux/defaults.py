@@ -1,0 +1,10 @@
+"""Defaults the simulator, the runtime and the policies share, each defined once (`--restart-delay`,
+`--interval` and the policies' own settings start from these)."""
+
+from __future__ import annotations
+
+# δ of Pollux's re-allocation factor (§4.2), and what a simulated restart costs a job without a measured restore
+# delay of its own: the Pollux artifact's 30 s.
+RESTART_DELAY_S = 30
+# Seconds between scheduling rounds when nothing else happens (the artifact's 60 s).
+ROUND_INTERVAL_S = 60

@@ -1,0 +1,107 @@
+"""What a backend knows of a job, and the one rule that turns it into the `JobView` a policy sees.
+
+The simulator (`pollux.sim.backend`) and the runtime (`pollux.runtime.backend`) each fill a `JobFacts` from what they
+hold (a simulated job; a spec, the store and the agent's report); `job_view` applies the rules that must not differ
+between the two, such as how many GPUs a job may be given (docs/design.md, "Exploration bound").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pollux.cluster import Allocation
+from pollux.goodput import GradientStats, ThroughputParams
+from pollux.policies.base import MAX_ELASTIC_GPUS, JobView, exploration_bound
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """One active job as its backend knows it: its request, what it has explored and measured, its models and
+    bounds per GPU type. Per-type maps are empty where the backend does not tell types apart."""
+
+    name: str
+    application: str
+    submit_time_s: float
+    allocation: Allocation  # GPUs per node held now; all zeros while waiting
+    num_restarts: int  # re-allocations after the first start (R of the re-allocation factor)
+    attained_service_gpu_s: float
+    requested_gpus: int  # the user's GPU count
+    init_batch_size: int  # M0
+    max_batch_size: int
+    local_bsz_bounds: tuple[int, int]
+    batch_size: int | None = None  # the fixed total batch; None: the job adapts it
+    batch_by_policy: bool = False  # the policy picks the batch (elastic-DP): bounded by memory, not exploration
+    max_replicas_run: int = 0  # the most GPUs it has run on (what it has measured)
+    gpu_cap: int | None = None  # the user's (or the workload's) most GPUs; None: no cap of theirs
+    min_gpus: int = 0
+    throughput_params: ThroughputParams | None = None  # of the type it runs (or ran) on
+    grad_stats: GradientStats | None = None
+    remaining_steps: float | None = None
+    placement_sensitive: bool = False
+    gpu_types: tuple[str, ...] | None = None
+    throughput_params_by_type: Mapping[str, ThroughputParams] = field(default_factory=dict)
+    local_bsz_bounds_by_type: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    run_time_by_type_s: Mapping[str, float] = field(default_factory=dict)
+    single_gpu_throughput_by_type: Mapping[str, float] = field(default_factory=dict)
+    restart_delay_s: float | None = None  # its own checkpoint-restore delay, where measured
+
+
+def gpu_bound(
+    batch_size: int | None,
+    batch_by_policy: bool,
+    max_replicas_run: int,
+    max_batch_size: int,
+    min_local_bsz: int,
+    gpu_cap: int | None = None,
+    min_gpus: int = 0,
+) -> int:
+    """The most GPUs a job may be given: an adaptive job twice what it has run on (it learns its scaling step by
+    step), a fixed batch at least the smallest per-GPU batch per GPU, a policy-chosen batch what memory allows;
+    then the user's cap, and never below the user's minimum or 1."""
+    if batch_by_policy:
+        bound = min(MAX_ELASTIC_GPUS, max_batch_size // min_local_bsz)
+    elif batch_size is None:
+        bound = exploration_bound(max_replicas_run, max_batch_size, min_local_bsz)
+    else:
+        bound = max(batch_size // min_local_bsz, 1)
+    if gpu_cap is not None:
+        bound = min(bound, gpu_cap)
+    return max(bound, min_gpus, 1)
+
+
+def job_view(facts: JobFacts) -> JobView:
+    """The policy's view of a job: its facts, with its GPU bound."""
+    return JobView(
+        name=facts.name,
+        application=facts.application,
+        submit_time_s=facts.submit_time_s,
+        allocation=facts.allocation,
+        num_restarts=facts.num_restarts,
+        attained_service_gpu_s=facts.attained_service_gpu_s,
+        requested_gpus=facts.requested_gpus,
+        max_gpus=gpu_bound(
+            facts.batch_size,
+            facts.batch_by_policy,
+            facts.max_replicas_run,
+            facts.max_batch_size,
+            facts.local_bsz_bounds[0],
+            facts.gpu_cap,
+            facts.min_gpus,
+        ),
+        init_batch_size=facts.init_batch_size,
+        max_batch_size=facts.max_batch_size,
+        local_bsz_bounds=facts.local_bsz_bounds,
+        batch_size=facts.batch_size,
+        min_gpus=facts.min_gpus,
+        throughput_params=facts.throughput_params,
+        grad_stats=facts.grad_stats,
+        remaining_steps=facts.remaining_steps,
+        placement_sensitive=facts.placement_sensitive,
+        gpu_types=facts.gpu_types,
+        throughput_params_by_type=dict(facts.throughput_params_by_type),
+        local_bsz_bounds_by_type=dict(facts.local_bsz_bounds_by_type),
+        run_time_by_type_s=dict(facts.run_time_by_type_s),
+        single_gpu_throughput_by_type=dict(facts.single_gpu_throughput_by_type),
+        restart_delay_s=facts.restart_delay_s,
+    )
