@@ -110,7 +110,8 @@ def main() -> None:
                 for size in (2, 1):
                     before = len(step_times(log))
                     # what a round hands the backend when the policy resizes the job
-                    service.scheduler.backend.apply([Decision(name, "resize", (size,))], time.time())
+                    decision = Decision(name, "resize", (size,), gpu_type=service.launcher.cluster.gpu_types[0])
+                    service.scheduler.backend.apply([decision], time.time())
                     relaunched = time.time()
                     wait(service, lambda log=log, size=size, n=before: any(w == size for _, w in step_times(log)[n:]))
                     rows = step_times(log)

@@ -51,7 +51,8 @@ from pollux.dashboard.sessions import Sessions
 from pollux.errors import PolluxError, SchedulerDownError, ServiceError, UnknownJobError
 from pollux.runtime import joblog
 from pollux.runtime.processes import process_start_ticks
-from pollux.runtime.service import Service, report_metrics
+from pollux.runtime.reports import report_metrics
+from pollux.runtime.service import Service
 from pollux.runtime.spec import loads_spec
 from pollux.runtime.store import JobState
 

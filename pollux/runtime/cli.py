@@ -25,6 +25,7 @@ from rich.table import Table
 
 from pollux.cluster import Cluster
 from pollux.console import plain_console
+from pollux.defaults import RESTART_DELAY_S, ROUND_INTERVAL_S
 from pollux.errors import SchedulerDownError, ServiceError
 from pollux.option_bounds import bounds
 
@@ -97,10 +98,10 @@ def up(
     ] = ("pollux"),
     interval: Annotated[
         float, typer.Option(help="Seconds between scheduling rounds.", callback=bounds(0, low_open=True))
-    ] = 60.0,
+    ] = float(ROUND_INTERVAL_S),
     restart_delay: Annotated[
         float, typer.Option(help="Seconds a restart costs a job (Pollux's δ).", callback=bounds(0))
-    ] = 30.0,
+    ] = float(RESTART_DELAY_S),
     stop_grace: Annotated[
         float, typer.Option(help="Seconds a stopping job may take to checkpoint.", callback=bounds(0))
     ] = 60.0,

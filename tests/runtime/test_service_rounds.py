@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from runtime_jobs import Clock, write_spec
 
-from pollux.engine import Decision
+from pollux.engine import Decision, DecisionKind
 from pollux.runtime.local import LocalLauncher
 from pollux.runtime.service import Service, ServiceConfig
 from pollux.runtime.spec import load_spec
@@ -106,7 +106,7 @@ def watch_until(service: Service, clock: Clock, condition: Callable[[], object],
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
-        service.watch(clock())
+        service.lifecycle.watch(service.store.jobs(include_finished=False), clock())
         time.sleep(0.02)
 
 
@@ -125,6 +125,11 @@ def submit(service: Service, folder: Path, name: str, args: str = "", script: st
 def ready(service: Service, name: str, ranks: int = 1) -> bool:
     folder = service.config.job_dir(name) / "checkpoints"
     return all((folder / f"ready-{rank}").exists() for rank in range(ranks))
+
+
+def decided(service: Service, job: str, kind: DecisionKind, allocation: tuple[int, ...]) -> Decision:
+    """What a round hands the backend: the decision, with the GPU type the engine read off the allocation."""
+    return Decision(job, kind, allocation, gpu_type=service.launcher.cluster.allocation_type(allocation))
 
 
 def status(service: Service, name: str) -> str:
@@ -175,7 +180,7 @@ def test_a_job_that_finishes_while_being_stopped_frees_its_slots_for_the_next_pa
     pump(service, lambda: ready(service, "ender", ranks=2), "ender to start")
     assert status(service, "waiter") == "pending"  # FIFO: 4 GPUs are not free
     clock.now += 10.0
-    service.scheduler.backend.apply([Decision("ender", "resize", (1,))], clock())  # a round shrinks it; it ends
+    service.scheduler.backend.apply([decided(service, "ender", "resize", (1,))], clock())  # a round shrinks it; it ends
     assert status(service, "ender") == "completed"
     service.step()
     assert status(service, "waiter") == "running"
@@ -189,7 +194,8 @@ def test_a_start_on_free_slots_does_not_wait_for_another_jobs_checkpoint(make, j
     submit(service, jobs_dir, "new", "plain")
     clock.now += 10.0
     # a round that shrinks `slow` and starts `new` on a slot that is free already
-    service.scheduler.backend.apply([Decision("slow", "resize", (1,)), Decision("new", "start", (1,))], clock())
+    round_decisions = [decided(service, "slow", "resize", (1,)), decided(service, "new", "start", (1,))]
+    service.scheduler.backend.apply(round_decisions, clock())
     assert status(service, "new") == "running" and gpus(service, "slow") == 1
     assert (service.config.job_dir("slow") / "checkpoints" / "clean").exists(), "slow was killed, not checkpointed"
 
@@ -202,15 +208,15 @@ def test_the_policy_gets_real_ages_and_reallocations_and_shrinks_the_job_a_resta
     service, clock = make()
     backend = service.scheduler.backend
     submit(service, jobs_dir, "veteran", "plain")
-    backend.apply([Decision("veteran", "start", (1,))], clock())
+    backend.apply([decided(service, "veteran", "start", (1,))], clock())
     clock.now += 10.0
-    backend.apply([Decision("veteran", "resize", (2,))], clock())  # one re-allocation
+    backend.apply([decided(service, "veteran", "resize", (2,))], clock())  # one re-allocation
     clock.now += 40.0
     submit(service, jobs_dir, "crashy", "crash-first")
-    backend.apply([Decision("crashy", "start", (2,))], clock())
+    backend.apply([decided(service, "crashy", "start", (2,))], clock())
     watch_until(service, clock, lambda: service.store.job("crashy").attempts == 1, "crashy to crash")
     clock.now += 6.0
-    backend.apply([Decision("crashy", "start", (2,))], clock())  # its retry, after the back-off
+    backend.apply([decided(service, "crashy", "start", (2,))], clock())  # its retry, after the back-off
     clock.now = 1100.0
     submit(service, jobs_dir, "fresh", "plain")
 

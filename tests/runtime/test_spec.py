@@ -85,12 +85,14 @@ def test_unreadable_files_are_refused_with_the_path(tmp_path):
 
 
 def test_a_jobs_checkpoint_interval_is_kept_and_reaches_its_agent_before_the_services(spec_dir, tmp_path):
-    from pollux.runtime.service import ServiceConfig, _interval_env
+    from pollux.agent.environment import format_interval
+    from pollux.runtime.config import ServiceConfig
 
     data = {"name": "job", "command": ["python", "train.py"], "init_batch_size": 128, "checkpoint_interval_s": 90}
     spec = parse_spec(data, "job.toml", spec_dir)
+    plain = parse_spec({k: v for k, v in data.items() if k != "checkpoint_interval_s"}, "job.toml", spec_dir)
     assert spec.checkpoint_interval_s == 90.0
     service_wide = ServiceConfig(state_dir=tmp_path, checkpoint_interval_s=600.0)
-    assert _interval_env(spec.checkpoint_interval_s, service_wide) == "90"
-    assert _interval_env(None, service_wide) == "600"
-    assert _interval_env(None, ServiceConfig(state_dir=tmp_path)) == "auto"
+    assert format_interval(service_wide.checkpoint_interval_of(spec)) == "90"
+    assert format_interval(service_wide.checkpoint_interval_of(plain)) == "600"
+    assert format_interval(ServiceConfig(state_dir=tmp_path).checkpoint_interval_of(plain)) == "auto"

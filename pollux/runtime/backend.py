@@ -1,0 +1,154 @@
+"""The engine's backend for real jobs: job views from the store and the agents' reports, and a round's decisions
+carried out by the job lifecycle (checkpoint, relaunch at the new size)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from pollux.agent.report import JobReport
+from pollux.cluster import Cluster, free_gpus, num_gpus
+from pollux.engine import Decision
+from pollux.policies.base import JobView
+from pollux.policies.facts import JobFacts, job_view
+from pollux.runtime.lifecycle import JobLifecycle, crash_point
+from pollux.runtime.reports import ReportCache
+from pollux.runtime.spec import JobSpec
+from pollux.runtime.status import FINAL
+from pollux.runtime.store import JobState, StateStore
+
+LOG = logging.getLogger("pollux.runtime")
+
+
+def job_facts(
+    spec: JobSpec, state: JobState, report: JobReport | None, cluster: Cluster, service_gpu_s: float
+) -> JobFacts:
+    """What the policy may know about a real job: its spec, where it runs, and what its agent last reported (its
+    batch bounds, once it reports them, are the agent's)."""
+    init_bsz = report.init_batch_size if report else spec.init_batch_size
+    return JobFacts(
+        name=spec.name,
+        application=spec.name,
+        submit_time_s=state.submitted_at,
+        allocation=tuple(state.allocation) if state.allocation else cluster.empty(),
+        num_restarts=state.reallocations,  # R of the re-allocation factor: crash retries and resumes are not counted
+        attained_service_gpu_s=service_gpu_s,
+        requested_gpus=min(spec.gpus, cluster.num_gpus),
+        init_batch_size=init_bsz,
+        max_batch_size=report.max_batch_size if report else spec.max_batch_size,
+        local_bsz_bounds=report.local_bsz_bounds if report else spec.local_bsz_bounds,
+        batch_size=None if spec.adaptive else init_bsz,
+        max_replicas_run=report.max_replicas_seen if report else 0,
+        gpu_cap=min(spec.max_gpus, cluster.num_gpus),
+        min_gpus=spec.min_gpus,
+        throughput_params=report.throughput_params if report else None,  # of the type it runs (or ran) on
+        grad_stats=report.grad_stats if report else None,
+        gpu_types=spec.gpu_types,
+        throughput_params_by_type=dict(report.throughput_params_by_type) if report else {},
+        local_bsz_bounds_by_type={
+            **spec.local_bsz_bounds_by_type,
+            **(report.local_bsz_bounds_by_type if report else {}),
+        },
+        run_time_by_type_s=dict(report.run_time_by_type_s) if report else {},
+        single_gpu_throughput_by_type=dict(spec.single_gpu_throughput),
+    )
+
+
+class RuntimeBackend:
+    """Job views from the store and reports; decisions through the lifecycle and the launcher."""
+
+    def __init__(
+        self,
+        store: StateStore,
+        lifecycle: JobLifecycle,
+        reports: ReportCache,
+        cluster: Callable[[], Cluster],
+    ) -> None:
+        self.store = store
+        self.lifecycle = lifecycle
+        self.reports = reports
+        self._cluster = cluster
+        self.last_views: list[JobView] = []  # what the last round showed the policy
+
+    @property
+    def cluster(self) -> Cluster:
+        return self._cluster()
+
+    def view(self, state: JobState, cluster: Cluster, now: float, service_gpu_s: float = 0.0) -> JobView:
+        spec = self.lifecycle.spec(state)
+        return job_view(job_facts(spec, state, self.reports.report(state.name), cluster, service_gpu_s))
+
+    def job_views(self, now: float) -> list[JobView]:
+        """The jobs a round may place: not cancelled, not backing off, and with a node of a type they accept."""
+        cluster, views = self.cluster, []
+        for state in self.store.jobs(include_finished=False):
+            job = self.lifecycle.job(state.name)
+            if state.cancel_requested:
+                continue
+            if state.status == "pending" and now < job.not_before:
+                job.reason = f"backing off; retry in {job.not_before - now:.0f} s"
+                continue
+            view = self.view(state, cluster, now, self.store.attained_service(state.name, now))
+            if not any(view.may_run_on(t) for t in cluster.gpu_types):  # its types have no node (yet)
+                job.reason = f"waiting for a node of type {' or '.join(view.gpu_types or ())}"
+                continue
+            views.append(view)
+        self.last_views = views
+        return views
+
+    def apply(self, decisions: Sequence[Decision], now: float) -> None:
+        """Carry out a round's decisions. Starts that fit on GPUs free now go first, so a job does not wait for other
+        jobs' checkpoints; then the moving jobs are stopped (they checkpoint) and relaunched, and the other starts
+        launched. A job that ended otherwise than planned while being stopped (it finished, crashed or was
+        cancelled meanwhile), or that could not be launched, leaves GPUs this round meant for it: another round
+        follows in the next loop pass."""
+        lifecycle = self.lifecycle
+        held = {s.name: s.allocation for s in self.store.jobs(include_finished=False) if s.allocation}
+        free = free_gpus(self.cluster, held)
+        early = []
+        for decision in decisions:
+            if decision.kind == "start" and all(g <= f for g, f in zip(decision.allocation, free, strict=True)):
+                early.append(decision)
+                free = [f - g for f, g in zip(free, decision.allocation, strict=True)]
+        for decision in early:
+            self._start(decision)
+        moving = {d.job: d for d in decisions if d.kind in ("stop", "resize")}
+        codes = lifecycle.stop(list(moving)) if moving else {}
+        if codes:
+            crash_point("after-stop")
+        for name, code in codes.items():
+            decision = moving[name]
+            why = (
+                f"checkpointed to move to {num_gpus(decision.allocation)} GPU(s)"
+                if decision.kind == "resize"
+                else "preempted after checkpointing"
+            )
+            lifecycle.settle(name, code, lifecycle.clock(), stop_reason=why, reallocation=True)
+            if self.store.job(name).status != "pending":
+                lifecycle.wake()
+        for decision in decisions:
+            if decision not in early and decision.kind != "stop" and num_gpus(decision.allocation) > 0:
+                self._start(decision)
+
+    def _start(self, decision: Decision) -> None:
+        """Launch a job at its new allocation, unless it finished or was cancelled while others were stopped."""
+        lifecycle = self.lifecycle
+        state = self.store.job(decision.job)
+        if state.status in FINAL or state.cancel_requested:
+            return
+        if decision.gpu_type is None:
+            raise ValueError(f"decision for job {decision.job!r} to hold GPUs names no GPU type")
+        view = self.view(state, self.cluster, lifecycle.clock())
+        lifecycle.launch(view, decision.allocation, decision.gpu_type, lifecycle.clock())
+        state = self.store.job(decision.job)
+        if state.status != "running":
+            lifecycle.wake()
+            return
+        LOG.info(
+            "job %s: launched %d worker(s) on %s, attempt %d, %s",
+            state.name,
+            num_gpus(state.allocation),
+            state.allocation,
+            state.attempts + 1,
+            f"restart {state.restarts} ({lifecycle.job(state.name).relaunch})" if state.restarts else "first start",
+        )

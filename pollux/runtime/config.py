@@ -1,0 +1,65 @@
+"""How the scheduler service schedules, how patient it is with jobs, and where it keeps its files."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pollux.autoscale import WINDOW_ROUNDS
+from pollux.data.philly import philly_service_samples
+from pollux.defaults import RESTART_DELAY_S, ROUND_INTERVAL_S
+from pollux.errors import SpecError
+from pollux.policies.base import Policy
+from pollux.policies.registry import PolicySettings, make_policy, policy_class
+from pollux.runtime.spec import JobSpec
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """How the service schedules and how patient it is with jobs."""
+
+    state_dir: Path
+    policy: str = "pollux"
+    interval_s: float = float(ROUND_INTERVAL_S)  # seconds between rounds when nothing happens
+    restart_delay_s: float = float(RESTART_DELAY_S)  # δ of Pollux's re-allocation factor: what a restart costs a job
+    stop_grace_s: float = 60.0  # after SIGTERM, how long a job may take to checkpoint before SIGKILL
+    max_attempts: int = 3  # crashed launches before a job is marked failed
+    backoff_s: float = 5.0  # wait before the first retry of a crashed job; doubles per crash
+    checkpoint_interval_s: float | None = None  # jobs' periodic checkpoints (a spec may override); None: automatic
+    tick_s: float = 0.25  # how often worker groups and reports are polled
+    autoscale_window_rounds: int = WINDOW_ROUNDS  # rounds of utility averaged before a resize (pollux.autoscale)
+
+    @property
+    def database(self) -> Path:
+        return self.state_dir / "state.db"
+
+    def job_dir(self, name: str) -> Path:
+        return self.state_dir / "jobs" / name
+
+    def log_dir(self, name: str) -> Path:
+        """The job's rank logs (`pollux.runtime.joblog`)."""
+        return self.job_dir(name) / "logs"
+
+    def report_path(self, name: str) -> Path:
+        return self.job_dir(name) / "report.json"
+
+    def checkpoint_dir(self, spec: JobSpec) -> Path:
+        """Where the job's agent saves: its spec's folder, else one in the job's state folder."""
+        return spec.checkpoint_dir or self.job_dir(spec.name) / "checkpoints"
+
+    def checkpoint_interval_of(self, spec: JobSpec) -> float | None:
+        """The job's periodic checkpoint interval: its own, else the service's, else None (the agent's automatic)."""
+        return spec.checkpoint_interval_s if spec.checkpoint_interval_s is not None else self.checkpoint_interval_s
+
+
+def make_runtime_policy(name: str, restart_delay_s: float = float(RESTART_DELAY_S)) -> Policy:
+    """The named policy, configured for real jobs: no simulator-only knowledge (true step times), and no discount
+    on a waiting job's start (rounds run when a job arrives or its back-off ends, where the artifact's discount is
+    ~0). A policy that owns the jobs' batch sizes cannot run real jobs: their agents choose them."""
+    if policy_class(name).batch_owner == "policy":
+        raise SpecError(
+            f"policy {name!r} chooses batch sizes for the jobs, which the runtime's agent takes from its own goodput "
+            "model; use pollux, fifo, tiresias, tiresias-gittins or optimus"
+        )
+    settings = PolicySettings(restart_delay_s=restart_delay_s, discount_starts=False)
+    return make_policy(name, settings, {"gittins_service_samples": philly_service_samples})

@@ -1,0 +1,95 @@
+"""The jobs' agent reports as the service knows them: read from each running job's report file when it changes,
+kept in memory and in the store (for `pollux ls` and a restarted service), and what they say of goodput."""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+from pollux.agent.report import BatchInUse, JobReport, read_report
+from pollux.errors import ReportError
+from pollux.goodput import GoodputFunction, GradientStats, ThroughputParams
+from pollux.runtime.config import ServiceConfig
+from pollux.runtime.store import JobSample, StateStore
+
+LOG = logging.getLogger("pollux.runtime")
+
+
+def report_metrics(report: JobReport | None) -> tuple[float | None, float | None]:
+    """(goodput, statistical efficiency) of a job at the batch and GPUs its agent last reported: the goodput of the
+    best configuration on those GPUs (Pollux §3.3, what the agent itself picks) and the efficiency of the batch in
+    use; None until the agent has fitted its model. One computation for `pollux ls`, the API and the dashboard,
+    remembered per model, statistics and batch (every dashboard poll asks again for every job)."""
+    if report is None or report.throughput_params is None or report.grad_stats is None:
+        return None, None
+    return _metrics(
+        report.throughput_params,
+        report.grad_stats,
+        report.init_batch_size,
+        report.batch,
+        report.max_batch_size,
+        report.local_bsz_bounds,
+        report.gradient_accumulation,
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _metrics(
+    params: ThroughputParams,
+    stats: GradientStats,
+    init_batch_size: int,
+    batch: BatchInUse,
+    max_batch_size: int,
+    local_bsz_bounds: tuple[int, int],
+    accumulation: bool,
+) -> tuple[float | None, float | None]:
+    if batch.num_replicas <= 0:
+        return None, None
+    fn = GoodputFunction(params, stats, init_batch_size)
+    best = fn.optimize(batch.num_nodes, batch.num_replicas, max_batch_size, local_bsz_bounds, accumulation=accumulation)
+    return float(best.goodput), float(fn.efficiency(batch.total_batch_size))
+
+
+class ReportCache:
+    """Each job's last report. Only the loop thread reads files and writes the store; any thread may ask."""
+
+    def __init__(self, config: ServiceConfig, store: StateStore) -> None:
+        self.config = config
+        self.store = store
+        self._mtimes: dict[str, float] = {}
+        self._read: dict[str, JobReport] = {}  # read from its file by this process
+        self._stored: dict[str, JobReport | None] = {}  # read from the store (written by an earlier process)
+
+    def refresh(self, name: str, now: float) -> None:
+        """Take the job's report file into memory and the store when it changed since the last look, with one
+        sample of its batch, goodput and efficiency for the dashboard's charts."""
+        path = self.config.report_path(name)
+        try:
+            mtime = path.stat().st_mtime
+        except FileNotFoundError:
+            return
+        if mtime == self._mtimes.get(name):
+            return
+        self._mtimes[name] = mtime
+        try:
+            report = read_report(path)
+        except ReportError as error:
+            LOG.warning("job %s: ignoring its report: %s", name, error)
+            return
+        self._read[name] = report
+        self.store.record_report(name, report.to_json_dict(), now)
+        goodput, efficiency = report_metrics(report)
+        batch = report.batch
+        sample = JobSample(
+            now, batch.num_replicas, batch.local_bsz, batch.accum_steps, batch.total_batch_size, goodput, efficiency
+        )
+        self.store.record_sample(name, sample)
+
+    def report(self, name: str) -> JobReport | None:
+        """The job's last report: in memory, or from the store after a restart (read once: only this process's loop
+        stores reports, and a report it reads takes the place of the stored one)."""
+        if name in self._read:
+            return self._read[name]
+        if name not in self._stored:
+            self._stored[name] = self.store.report_of(name)
+        return self._stored[name]
