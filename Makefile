@@ -20,8 +20,7 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	@$(BIN)/python -c 'import sys; from benchmarks.headless import INSTALL_HINT, chromium_path; \
-		sys.exit(None if chromium_path() else "make test: the dashboard tests drive a real browser; " + INSTALL_HINT)'
+	@scripts/ensure_chromium.sh $(BIN)/python
 	$(BIN)/pytest -q
 
 bench: $(STAMP)

@@ -83,6 +83,10 @@ class SchedulerDownError(ServiceError):
     state database, which `pollux ls` then reads directly."""
 
 
+class StateError(PolluxError):
+    """A state directory's database cannot be used by this version of Pollux (a newer one wrote it)."""
+
+
 class AllocationError(Exception):
     """A policy produced allocations that break a placement rule (a node over capacity, two distributed jobs sharing
     a node where the policy avoids that, an unknown job). A bug in the policy, not bad input: deliberately not a

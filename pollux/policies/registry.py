@@ -10,7 +10,6 @@ some callers have (true step times in the simulator); a policy takes those it de
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 
@@ -28,11 +27,6 @@ POLICIES: dict[str, str] = {
     "gavel": "pollux.policies.gavel:GavelPolicy",
     "pollux-unaware": "pollux.policies.pollux_unaware:PolluxUnawarePolicy",
 }
-
-
-def available_policies() -> list[str]:
-    """Registered policy names whose module exists in this installation."""
-    return [name for name, target in POLICIES.items() if importlib.util.find_spec(target.split(":")[0])]
 
 
 def policy_class(name: str) -> type[Policy]:

@@ -51,11 +51,6 @@ _LOCK_RETRY_S = 0.05
 _CRASH_KILL_WAIT_S = 2.0  # how long one `poll` waits for the siblings of a crashed worker to die after SIGKILL
 
 
-def detect_gpus() -> list[str]:
-    """This machine's GPUs as `CUDA_VISIBLE_DEVICES` entries (`detect_gpu_devices` without their types)."""
-    return [device for device, _ in detect_gpu_devices()]
-
-
 def detect_gpu_devices() -> list[tuple[str, str]]:
     """This machine's GPUs as (`CUDA_VISIBLE_DEVICES` entry, GPU type): `nvidia-smi`'s indices and names, narrowed
     to an existing `CUDA_VISIBLE_DEVICES` list. Asking `nvidia-smi` (not torch) keeps the scheduler free of torch

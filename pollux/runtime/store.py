@@ -2,7 +2,8 @@
 the history the dashboard draws (each round's decisions and the cluster's use; each job's goodput over time).
 
 Every change is one transaction, so a scheduler killed at any instant leaves the last committed state intact, and a
-restarted one reads every job back. Only what cannot be recomputed is stored (docs/design.md, "The runtime").
+restarted one reads every job back. Only what cannot be recomputed is stored (docs/design.md, "The runtime"). The
+schema is versioned; opening a database of an earlier version migrates it (`pollux.runtime.migrations`).
 """
 
 from __future__ import annotations
@@ -19,72 +20,9 @@ from typing import Any, cast
 from pollux.agent.report import JobReport
 from pollux.errors import ReportError, SpecError, UnknownJobError
 from pollux.runtime.launcher import WorkerInfo
+from pollux.runtime.migrations import migrate
 from pollux.runtime.spec import JobSpec
 from pollux.runtime.status import FINAL, JobEvent, JobStatus, next_status
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    name TEXT PRIMARY KEY,
-    spec TEXT NOT NULL,
-    status TEXT NOT NULL,
-    submitted_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    allocation TEXT NOT NULL DEFAULT '[]',
-    restarts INTEGER NOT NULL DEFAULT 0,
-    reallocations INTEGER NOT NULL DEFAULT 0,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    cancel_requested INTEGER NOT NULL DEFAULT 0,
-    last_error TEXT
-);
-CREATE TABLE IF NOT EXISTS status_history (
-    job TEXT NOT NULL REFERENCES jobs(name),
-    at REAL NOT NULL,
-    status TEXT NOT NULL,
-    reason TEXT NOT NULL DEFAULT ''
-);
-CREATE TABLE IF NOT EXISTS reports (
-    job TEXT PRIMARY KEY REFERENCES jobs(name),
-    at REAL NOT NULL,
-    report TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS workers (
-    job TEXT NOT NULL REFERENCES jobs(name),
-    rank INTEGER NOT NULL,
-    node INTEGER NOT NULL,
-    pid INTEGER NOT NULL,
-    host TEXT NOT NULL,
-    start_ticks INTEGER NOT NULL,
-    PRIMARY KEY (job, rank)
-);
-CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    at REAL NOT NULL,
-    job TEXT,
-    kind TEXT NOT NULL,
-    detail TEXT NOT NULL DEFAULT '{}'
-);
-CREATE TABLE IF NOT EXISTS rounds (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    at REAL NOT NULL,
-    gpus_in_use INTEGER NOT NULL,
-    jobs_running INTEGER NOT NULL,
-    jobs_pending INTEGER NOT NULL,
-    decisions TEXT NOT NULL DEFAULT '[]'
-);
-CREATE TABLE IF NOT EXISTS samples (
-    job TEXT NOT NULL REFERENCES jobs(name),
-    at REAL NOT NULL,
-    gpus INTEGER NOT NULL,
-    local_bsz INTEGER NOT NULL,
-    accum_steps INTEGER NOT NULL,
-    batch_size INTEGER NOT NULL,
-    goodput REAL,
-    efficiency REAL
-);
-CREATE INDEX IF NOT EXISTS samples_by_job ON samples (job, at);
-"""
-# Tables are only ever added (CREATE ... IF NOT EXISTS) or given columns with defaults, so a state directory of an
-# earlier version opens as it is and simply has no history from before the upgrade.
 
 
 @dataclass(frozen=True)
@@ -144,13 +82,8 @@ class StateStore:
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
+        migrate(self._db, self.path)
         self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.executescript(SCHEMA)
-        columns = {row["name"] for row in self._db.execute("PRAGMA table_info(jobs)")}
-        if "reallocations" not in columns:  # a database of an earlier version
-            self._db.execute("ALTER TABLE jobs ADD COLUMN reallocations INTEGER NOT NULL DEFAULT 0")
-        if "gpu_type" not in columns:  # a database from before GPU types
-            self._db.execute("ALTER TABLE jobs ADD COLUMN gpu_type TEXT")
 
     def close(self) -> None:
         with self._lock:
