@@ -81,6 +81,7 @@ class RuntimeBackend:
     def job_views(self, now: float) -> list[JobView]:
         """The jobs a round may place: not cancelled, not backing off, and with a node of a type they accept."""
         cluster, views = self.cluster, []
+        attained = self.store.attained_services(now)
         for state in self.store.jobs(include_finished=False):
             job = self.lifecycle.job(state.name)
             if state.cancel_requested:
@@ -88,7 +89,7 @@ class RuntimeBackend:
             if state.status == "pending" and now < job.not_before:
                 job.reason = f"backing off; retry in {job.not_before - now:.0f} s"
                 continue
-            view = self.view(state, cluster, now, self.store.attained_service(state.name, now))
+            view = self.view(state, cluster, now, attained.get(state.name, 0.0))
             if not any(view.may_run_on(t) for t in cluster.gpu_types):  # its types have no node (yet)
                 job.reason = f"waiting for a node of type {' or '.join(view.gpu_types or ())}"
                 continue

@@ -110,7 +110,14 @@ def adopt_unversioned(db: sqlite3.Connection) -> None:
         db.execute("DROP TABLE jobs_unversioned")
 
 
-MIGRATIONS: tuple[Migration, ...] = (adopt_unversioned,)
+def index_job_lookups(db: sqlite3.Connection) -> None:
+    """Version 2: what a round reads per job (its allocation events, its status history) by index, not by a scan of
+    every job's rows (a round over 2,000 pending jobs read the whole events table 2,000 times)."""
+    db.execute("CREATE INDEX events_by_job ON events (job, kind, id)")
+    db.execute("CREATE INDEX status_history_by_job ON status_history (job)")
+
+
+MIGRATIONS: tuple[Migration, ...] = (adopt_unversioned, index_job_lookups)
 LATEST = len(MIGRATIONS)
 
 

@@ -71,12 +71,12 @@ class ElasticPool:
     def views_on(self, pool: Cluster | None, now: float) -> list[JobView]:
         """The active jobs as the autoscaler sees them: bounded by the largest cluster allowed (what they could grow
         to), holding their GPUs on the pool (nothing while no node is up)."""
-        views = []
+        views, attained = [], self.store.attained_services(now)
         for state in self.store.jobs(include_finished=False):
             backing_off = state.status == "pending" and now < self.lifecycle.job(state.name).not_before
             if state.cancel_requested or backing_off:
                 continue
-            service_gpu_s = self.store.attained_service(state.name, now)
+            service_gpu_s = attained.get(state.name, 0.0)
             view = self.backend.view(replace(state, allocation=()), self.largest, now, service_gpu_s)
             running = pool is not None and state.status == "running" and len(state.allocation) == pool.num_nodes
             held = tuple(state.allocation) if running else pool.empty() if pool is not None else ()

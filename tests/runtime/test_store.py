@@ -46,6 +46,21 @@ def test_jobs_history_and_reports_survive_reopening(tmp_path):
     assert again._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
+def test_a_rounds_one_read_of_attained_service_agrees_with_each_jobs_own_and_leaves_out_finished_jobs(tmp_path):
+    store = StateStore(tmp_path / "state.db")
+    for name in ("a", "b", "done", "waiting"):
+        store.add_job(spec(name), now=0.0)
+    store.record_launch("a", (2, 0), [WorkerInfo(0, 0, 1, "h", 1)], now=1.0, restart=False)
+    store.record_launch("b", (0, 1), [WorkerInfo(0, 1, 2, "h", 2)], now=2.0, restart=False)
+    store.record_exit("b", JobEvent.CHECKPOINTED, now=4.0, reason="preempted")
+    store.record_launch("done", (1, 0), [WorkerInfo(0, 0, 3, "h", 3)], now=1.0, restart=False)
+    store.record_exit("done", JobEvent.FINISHED, now=3.0, reason="finished")
+    everyone = store.attained_services(now=10.0)
+    assert everyone == {"a": pytest.approx(18.0), "b": pytest.approx(2.0)}  # "waiting" never held a GPU
+    assert {name: store.attained_service(name, now=10.0) for name in everyone} == everyone
+    assert store.attained_service("done", now=10.0) == pytest.approx(2.0)
+
+
 def test_a_crash_is_counted_with_its_exit_and_a_cancel_request_is_durable(tmp_path):
     store = StateStore(tmp_path / "state.db")
     store.add_job(spec("a"), now=0.0)
