@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pollux.agent import environment
 from pollux.errors import LaunchError
 from pollux.runtime.launcher import EXIT_STOPPED, WorkerInfo
 
@@ -115,8 +116,8 @@ def worker_env(
         LOCAL_WORLD_SIZE=str(local_world_size),
         MASTER_ADDR=master_addr,
         MASTER_PORT=str(master_port),
-        POLLUX_NUM_NODES=str(num_nodes),
     )
+    env[environment.NUM_NODES] = str(num_nodes)
     if cuda_visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
     return env
