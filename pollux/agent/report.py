@@ -260,6 +260,20 @@ class JobReport:
 _ADAPTER = TypeAdapter(JobReport)
 
 
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of what a reader accepts (docs/agent-report-schema.md describes each field; a writer adds
+    `batch.total_batch_size`, which readers recompute)."""
+    schema = _ADAPTER.json_schema()
+    envelope = {"schema": {"const": SCHEMA_NAME}, "version": {"type": "integer", "minimum": 1}}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        **schema,
+        "title": f"{SCHEMA_NAME}, version {SCHEMA_VERSION}",
+        "properties": {**envelope, **schema["properties"]},
+        "required": [*envelope, *schema["required"]],
+    }
+
+
 def _report_error(error: ValidationError, source: str) -> ReportError:
     """Pydantic's first problem as our one line: the file, the field, what it accepts."""
     problem = first_problem(error)
