@@ -30,6 +30,7 @@ Readers accept unknown extra fields (a later minor addition) but refuse a higher
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -57,14 +58,13 @@ from pydantic_core import CoreSchema, core_schema
 from pollux.agent.atomic import write_atomic
 from pollux.errors import ReportError
 from pollux.goodput import GoodputFunction, GradientStats, ThroughputParams
-from pollux.goodput.throughput import PARAM_NAMES
 from pollux.validation import Bounds, first_problem, invalid, missing, rule
 
 SCHEMA_NAME = "pollux.agent.report"
 SCHEMA_VERSION = 2
 Status = Literal["running", "stopped", "finished"]
 STATUSES: tuple[str, ...] = get_args(Status)
-CONFIG = ConfigDict(defer_build=True)  # built on first use: importing the report costs a scheduler's CLI nothing
+CONFIG = ConfigDict(defer_build=True)  # validators are built on first use, not when a command imports this
 
 Count = Annotated[StrictInt, Field(ge=0)]
 PositiveInt = Annotated[StrictInt, Field(ge=1)]
@@ -73,12 +73,12 @@ NonNegative = Annotated[float, Field(ge=0.0, strict=True, allow_inf_nan=False)]
 
 
 class GoodputRecord:
-    """Annotates a field holding a frozen dataclass of `pollux.goodput`: in JSON an object of finite numbers >= 0
-    named `names`, handed to the class itself, whose own checks still apply ("must be valid ThroughputParams")."""
+    """Annotates a field holding a frozen dataclass of `pollux.goodput`: in JSON an object of finite numbers >= 0,
+    one per field, handed to the class itself, whose own checks still apply ("must be valid ThroughputParams")."""
 
-    def __init__(self, cls: type[Any], names: tuple[str, ...]) -> None:
-        self.cls, self.names = cls, names
-        fields: dict[str, Any] = {name: (NonNegative, ...) for name in names}
+    def __init__(self, cls: type[Any]) -> None:
+        self.cls, self.names = cls, tuple(field.name for field in dataclasses.fields(cls))
+        fields: dict[str, Any] = {name: (NonNegative, ...) for name in self.names}
         self.fields = create_model(cls.__name__, **fields)
 
     def build(self, fields: BaseModel) -> Any:
@@ -101,9 +101,9 @@ class GoodputRecord:
         )
 
 
-PARAMS = GoodputRecord(ThroughputParams, PARAM_NAMES)
+PARAMS = GoodputRecord(ThroughputParams)
 Params = Annotated[ThroughputParams, PARAMS]
-Stats = Annotated[GradientStats, GoodputRecord(GradientStats, ("sqr", "var"))]
+Stats = Annotated[GradientStats, GoodputRecord(GradientStats)]
 
 
 def _null_as_empty(value: Any) -> Any:
