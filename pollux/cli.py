@@ -12,6 +12,7 @@ from rich.text import Text
 from pollux.console import OneLineErrors, plain_console
 from pollux.data.cli import app as data_app
 from pollux.runtime.cli import register as register_runtime
+from pollux.runtime.spec_cli import app as spec_app
 from pollux.sim.cli import simulate_command
 from pollux.sim.workload_cli import app as workload_app
 
@@ -24,6 +25,7 @@ app = typer.Typer(
 )
 app.add_typer(data_app, name="data", help="Find, fetch and verify the Pollux artifact's data.")
 app.add_typer(workload_app, name="workload", help="Generate and inspect workload traces.")
+app.add_typer(spec_app, name="spec", help="Job specs: `pollux spec schema` prints their JSON Schema, for editors.")
 app.command("simulate")(simulate_command)
 register_runtime(app)
 

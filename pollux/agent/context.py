@@ -31,7 +31,15 @@ import torch.distributed as dist
 from pollux.agent import environment
 from pollux.agent.adapt import refit
 from pollux.agent.checkpoint import CheckpointStore
-from pollux.agent.report import BatchInUse, CheckpointInfo, JobReport, Progress, ThroughputSample, write_report
+from pollux.agent.report import (
+    BatchInUse,
+    CheckpointInfo,
+    JobReport,
+    Progress,
+    Status,
+    ThroughputSample,
+    write_report,
+)
 from pollux.agent.rng import capture_rng, restore_rng
 from pollux.agent.steps import StepTiming, StepTracker
 from pollux.errors import AgentError, CheckpointError
@@ -559,7 +567,7 @@ class AgentContext:
 
     # -- reporting --------------------------------------------------------------------------------------------
 
-    def build_report(self, status: str) -> JobReport | None:
+    def build_report(self, status: Status) -> JobReport | None:
         loader = self.loader
         if loader is None:
             return None
@@ -610,7 +618,7 @@ class AgentContext:
             bounds[self.type_key] = loader.limits.local_bsz_bounds
         return bounds
 
-    def write_report(self, status: str) -> None:
+    def write_report(self, status: Status) -> None:
         """Rank 0 rewrites the report file atomically (if a report path is set)."""
         if self.rank != 0 or self.report_path is None:
             return

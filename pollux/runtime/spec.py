@@ -1,6 +1,6 @@
 """Job specifications: what a user submits to `pollux submit`, validated before anything is created.
 
-A spec is a TOML file (stdlib `tomllib`, no extra dependency):
+A spec is a TOML file (stdlib `tomllib`), read into the pydantic model `JobSpec`:
 
     name = "cifar-resnet"                     # lowercase letters, digits and '-', at most 63 characters
     command = ["python", "train.py", "--epochs", "30"]   # or one string, split like a shell would
@@ -13,166 +13,223 @@ A spec is a TOML file (stdlib `tomllib`, no extra dependency):
     local_bsz_bounds = [32, 512]              # per-GPU batch the GPU memory allows
     checkpoint_dir = "ckpt/cifar-resnet"      # relative paths are relative to the spec file
     checkpoint_interval_s = 300               # optional: periodic checkpoints (else the service's, else automatic)
-    priority = 0                              # optional
-    owner = "alice"                           # optional
     gpu_types = ["a100", "rtx"]               # optional: the GPU types it may run on (default: any)
     single_gpu_throughput = {a100 = 900.0, rtx = 300.0}   # optional: examples/s on one GPU of each type (profile)
     local_bsz_bounds_by_type = {rtx = [32, 128]}           # optional: per-GPU batch bounds where memory differs
 
+`pollux spec schema` prints the JSON Schema of this form (`json_schema()`), for editors to complete and check a spec.
 The GPU types are checked against the cluster's when the service accepts the job (`check_gpu_types`): an unknown
 type is named with the types the cluster has.
 
-Every error names the file, the field and what is accepted, so a bad spec is refused before a job exists.
+Every error names the file, the field and what is accepted, so a bad spec is refused before a job exists; pydantic's
+errors become those one-line `SpecError`s in `_spec_error`.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic.dataclasses import dataclass
+from pydantic.json_schema import JsonSchemaValue, SkipJsonSchema
+from pydantic_core import CoreSchema, core_schema
 
 from pollux.errors import SpecError
+from pollux.validation import Bounds, first_problem, invalid, rule, unknown
 
 NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-FIELDS = (
-    "name",
-    "command",
-    "adaptive",
-    "gpus",
-    "min_gpus",
-    "max_gpus",
-    "init_batch_size",
-    "max_batch_size",
-    "local_bsz_bounds",
-    "checkpoint_dir",
-    "checkpoint_interval_s",
-    "priority",
-    "owner",
-    "gpu_types",
-    "single_gpu_throughput",
-    "local_bsz_bounds_by_type",
-)
 TYPE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-REQUIRED = ("name", "command", "init_batch_size")
+LEGACY_FIELDS = ("priority", "owner")  # in specs stored by older versions; never read, dropped when read back
 
 
-@dataclass(frozen=True)
+class Matching:
+    """Annotates a string that must match `pattern`: an error says `accepted`, the JSON Schema has the pattern."""
+
+    def __init__(self, pattern: re.Pattern[str], accepted: str) -> None:
+        self.pattern, self.accepted = pattern, accepted
+
+    def check(self, value: Any) -> Any:
+        if not (isinstance(value, str) and self.pattern.match(value)):
+            raise invalid(self.accepted, value)
+        return value
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.no_info_before_validator_function(self.check, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return {"type": "string", "pattern": self.pattern.pattern, "description": self.accepted}
+
+
+def _first_each(names: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(names))
+
+
+Name = Annotated[str, Matching(NAME_PATTERN, "lowercase letters, digits and '-', 1-63 characters")]
+TypeName = Annotated[str, Matching(TYPE_NAME, 'a GPU type name such as "a100"')]
+PositiveInt = Annotated[StrictInt, Field(ge=1)]
+Seconds = Annotated[float, Field(gt=0.0, strict=True, allow_inf_nan=False)]
+
+
+@dataclass(frozen=True, config=ConfigDict(extra="forbid", use_attribute_docstrings=True, defer_build=True))
 class JobSpec:
     """A validated job specification (see the module docstring for the file format)."""
 
-    name: str
-    command: tuple[str, ...]
-    init_batch_size: int
-    max_batch_size: int
-    local_bsz_bounds: tuple[int, int]
-    min_gpus: int = 0
-    max_gpus: int = 64
-    gpus: int = 1  # requested GPUs, kept by policies that do not change GPU counts
-    adaptive: bool = True
+    name: Name
+    """The job's name: lowercase letters, digits and '-', at most 63 characters."""
+    command: Annotated[tuple[StrictStr, ...], Field(min_length=1)]
+    """The command (a list, or one string split like a shell would); a `.py` in it must exist beside the spec."""
+    init_batch_size: PositiveInt
+    """M0: the total batch size the learning rate was tuned for."""
+    max_batch_size: StrictInt = Field(default_factory=lambda data: data.get("init_batch_size", 1))
+    """The largest total batch size the job accepts (default: init_batch_size)."""
+    local_bsz_bounds: Bounds = Field(default_factory=lambda data: (1, data.get("max_batch_size", 1)))
+    """[min, max] per-GPU batch the GPU memory allows (default: [1, max_batch_size])."""
+
+    @model_validator(mode="after")
+    def _batch_sizes(self) -> JobSpec:
+        if self.max_batch_size < self.init_batch_size:
+            raise invalid(f"an integer >= {self.init_batch_size}", self.max_batch_size, "max_batch_size")
+        return self
+
+    min_gpus: Annotated[StrictInt, Field(ge=0)] = 0
+    """The fewest GPUs it may run on; 0 lets the scheduler pause it."""
+    max_gpus: PositiveInt = 64
+    """The most GPUs it may run on."""
+    gpus: PositiveInt = Field(default_factory=lambda data: max(data.get("min_gpus", 0), 1))
+    """The request of fixed-size policies (fifo, tiresias); default max(min_gpus, 1)."""
+
+    @model_validator(mode="after")
+    def _gpu_counts(self) -> JobSpec:
+        least = max(self.min_gpus, 1)
+        if self.max_gpus < least:
+            raise invalid(f"an integer >= {least}", self.max_gpus, "max_gpus")
+        if self.gpus < least:
+            raise invalid(f"an integer >= {least}", self.gpus, "gpus")
+        if self.gpus > self.max_gpus:
+            raise rule(f"{self.gpus} exceeds max_gpus {self.max_gpus}; lower gpus or raise max_gpus", "gpus")
+        if self.min_gpus * self.local_bsz_bounds[0] > self.max_batch_size:
+            raise rule(
+                f"{self.min_gpus} GPUs x local_bsz_bounds min {self.local_bsz_bounds[0]} exceed max_batch_size "
+                f"{self.max_batch_size}; lower min_gpus or raise max_batch_size",
+                "min_gpus",
+            )
+        return self
+
+    adaptive: StrictBool = True
+    """false: the job keeps its batch size (its statistical efficiency is then 1)."""
     checkpoint_dir: Path | None = None
-    checkpoint_interval_s: float | None = None  # None: the service's setting, else the agent's cost-based default
-    priority: int = 0
-    owner: str | None = None
-    workdir: Path | None = None  # where the command runs: the spec file's folder
-    gpu_types: tuple[str, ...] | None = None  # the GPU types it may run on; None: any
-    single_gpu_throughput: dict[str, float] = field(default_factory=dict)  # examples/s on 1 GPU per type (profile)
-    local_bsz_bounds_by_type: dict[str, tuple[int, int]] = field(default_factory=dict)  # where memory differs
+    """Where its checkpoints go (relative to the spec file); default: the service's state directory."""
+    checkpoint_interval_s: Seconds | None = None
+    """Seconds between periodic checkpoints; default: the service's setting, else the agent's cost-based one."""
+    workdir: SkipJsonSchema[Path | None] = None
+    """Where the command runs: the spec file's folder (set when read, not written in the file)."""
+    gpu_types: Annotated[tuple[TypeName, ...], Field(min_length=1), AfterValidator(_first_each)] | None = None
+    """The GPU types it may run on; default: any."""
+    single_gpu_throughput: dict[TypeName, Annotated[float, Field(gt=0.0, strict=True)]] = Field(default_factory=dict)
+    """Examples/s on one GPU of each type (a profile), for the policies' first guess."""
+    local_bsz_bounds_by_type: dict[TypeName, Bounds] = Field(default_factory=dict)
+    """[min, max] per-GPU batch on the types whose memory differs from local_bsz_bounds."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_from_a_file(cls, data: Any, info: ValidationInfo) -> Any:
+        """A spec read from a file (`base` in the context) runs in the file's folder, which the file cannot set."""
+        base = (info.context or {}).get("base")
+        if base is None or not isinstance(data, dict):
+            return data
+        if "workdir" in data:
+            raise unknown("workdir")
+        return {**data, "workdir": base}
+
+    @field_validator("command", mode="before", json_schema_input_type=str | list[str])
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        parts = shlex.split(value) if isinstance(value, str) else value
+        if not (isinstance(parts, list | tuple) and all(isinstance(part, str) for part in parts)):
+            raise invalid("a string or a list of strings", value)
+        if not parts:
+            raise rule('must not be empty; e.g. ["python", "train.py"]')
+        return parts
+
+    @field_validator("command")
+    @classmethod
+    def _scripts_exist(cls, command: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        base: Path | None = (info.context or {}).get("base")
+        missing = [part for part in command if base and part.endswith(".py") and not (base / part).is_file()]
+        if missing:
+            raise rule(f"script {missing[0]!r} not found (looked in {base})")
+        return command
+
+    @field_validator("checkpoint_dir")
+    @classmethod
+    def _relative_to_the_file(cls, path: Path | None, info: ValidationInfo) -> Path | None:
+        base = (info.context or {}).get("base")
+        return path if path is None or base is None else base / path
 
     def to_json_dict(self) -> dict[str, Any]:
         """The spec as JSON-ready data (paths as strings), as the state store keeps it."""
-        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
-        data["command"] = list(self.command)
-        data["local_bsz_bounds"] = list(self.local_bsz_bounds)
-        for key in ("checkpoint_dir", "workdir"):
-            data[key] = None if data[key] is None else str(data[key])
-        data["gpu_types"] = None if self.gpu_types is None else list(self.gpu_types)
-        data["single_gpu_throughput"] = dict(self.single_gpu_throughput)
-        data["local_bsz_bounds_by_type"] = {t: list(b) for t, b in self.local_bsz_bounds_by_type.items()}
+        data: dict[str, Any] = _ADAPTER.dump_python(self, mode="json")
         return data
 
     @classmethod
-    def from_json_dict(cls, data: dict[str, Any]) -> JobSpec:
-        """Inverse of `to_json_dict` (the data was validated when it was submitted)."""
-        values = dict(data)
-        values["command"] = tuple(values["command"])
-        values["local_bsz_bounds"] = tuple(values["local_bsz_bounds"])
-        for key in ("checkpoint_dir", "workdir"):
-            values[key] = None if values.get(key) is None else Path(values[key])
-        if values.get("gpu_types") is not None:
-            values["gpu_types"] = tuple(values["gpu_types"])
-        values["local_bsz_bounds_by_type"] = {
-            t: (int(b[0]), int(b[1])) for t, b in (values.get("local_bsz_bounds_by_type") or {}).items()
-        }
-        return cls(**{k: v for k, v in values.items() if k in cls.__dataclass_fields__})
+    def from_json_dict(cls, data: Mapping[str, Any], source: str = "<stored spec>") -> JobSpec:
+        """Inverse of `to_json_dict`; a spec stored by an older version may still carry `LEGACY_FIELDS`."""
+        return _validate({k: v for k, v in data.items() if k not in LEGACY_FIELDS}, source, None)
 
 
-def _int(source: str, field: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise SpecError(f"{source}: field '{field}': expected an integer >= {minimum}, got {value!r}")
-    return value
+_ADAPTER = TypeAdapter(JobSpec)
 
 
-def _command(source: str, value: Any, base: Path) -> tuple[str, ...]:
-    if isinstance(value, str):
-        parts = tuple(shlex.split(value))
-    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
-        parts = tuple(value)
-    else:
-        raise SpecError(f"{source}: field 'command': expected a string or a list of strings, got {value!r}")
-    if not parts:
-        raise SpecError(f'{source}: field \'command\': must not be empty; e.g. ["python", "train.py"]')
-    for part in parts:
-        if part.endswith(".py") and not (base / part).is_file():
-            raise SpecError(f"{source}: field 'command': script {part!r} not found (looked in {base})")
-    return parts
+@functools.cache
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of the TOML form a user writes (`pollux spec schema`): what editors complete and check."""
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        **_ADAPTER.json_schema(),
+        "title": "Pollux job spec",
+        "description": "A job for `pollux submit JOB.toml` (pollux/runtime/spec.py).",
+    }
 
 
-def _type_name(source: str, where: str, value: Any) -> str:
-    if not isinstance(value, str) or not TYPE_NAME.match(value):
-        raise SpecError(f"{source}: field '{where}': expected a GPU type name such as \"a100\", got {value!r}")
-    return value
+def _validate(data: Any, source: str, base: Path | None) -> JobSpec:
+    try:
+        return _ADAPTER.validate_python(data, context=None if base is None else {"base": base})
+    except ValidationError as error:
+        raise _spec_error(error, source) from None
 
 
-def _gpu_types(source: str, value: Any) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list) or not value:
-        raise SpecError(f"{source}: field 'gpu_types': expected a non-empty list of type names, e.g. [\"a100\"]")
-    return tuple(dict.fromkeys(_type_name(source, "gpu_types", v) for v in value))
-
-
-def _throughputs(source: str, value: Any) -> dict[str, float]:
-    if not isinstance(value, dict):
-        raise SpecError(
-            f"{source}: field 'single_gpu_throughput': expected a table {{type = examples/s}}, got {value!r}"
-        )
-    speeds = {}
-    for key, speed in value.items():
-        _type_name(source, "single_gpu_throughput", key)
-        if isinstance(speed, bool) or not isinstance(speed, int | float) or not speed > 0:
-            raise SpecError(
-                f"{source}: field 'single_gpu_throughput.{key}': expected examples/s > 0 (e.g. 300.0), got {speed!r}"
-            )
-        speeds[key] = float(speed)
-    return speeds
-
-
-def _bounds_by_type(source: str, value: Any) -> dict[str, tuple[int, int]]:
-    if not isinstance(value, dict):
-        raise SpecError(f"{source}: field 'local_bsz_bounds_by_type': expected a table {{type = [min, max]}}")
-    bounds = {}
-    for key, pair in value.items():
-        where = f"local_bsz_bounds_by_type.{key}"
-        _type_name(source, "local_bsz_bounds_by_type", key)
-        if not (isinstance(pair, list) and len(pair) == 2):
-            raise SpecError(f"{source}: field '{where}': expected [min, max], got {pair!r}")
-        low = _int(source, where, pair[0], 1)
-        bounds[key] = (low, _int(source, where, pair[1], low))
-    return bounds
+def _spec_error(error: ValidationError, source: str) -> SpecError:
+    """Pydantic's first problem as our one line: the file, the field, what it accepts (or the rule), the fix."""
+    problem = first_problem(error)
+    if problem.kind == "unknown":
+        accepted = ", ".join(json_schema()["properties"])
+        return SpecError(f"{source}: unknown field '{problem.field}'; accepted fields: {accepted}")
+    if problem.kind == "missing":
+        required = ", ".join(json_schema()["required"])
+        return SpecError(f"{source}: missing required field '{problem.field}' (required: {required})")
+    if problem.kind == "rule":
+        return SpecError(f"{source}: field '{problem.field}': {problem.text}")
+    return SpecError(f"{source}: field '{problem.field}': expected {problem.text}, got {problem.value!r}")
 
 
 def check_gpu_types(spec: JobSpec, cluster_types: Sequence[str], gpus_of_type: Mapping[str, int]) -> None:
@@ -197,73 +254,7 @@ def check_gpu_types(spec: JobSpec, cluster_types: Sequence[str], gpus_of_type: M
 
 def parse_spec(data: dict[str, Any], source: str = "<spec>", base: Path | None = None) -> JobSpec:
     """Validate a spec already read into a dict; `base` resolves relative paths (default: current directory)."""
-    base = base or Path.cwd()
-    unknown = sorted(set(data) - set(FIELDS))
-    if unknown:
-        raise SpecError(f"{source}: unknown field '{unknown[0]}'; accepted fields: {', '.join(FIELDS)}")
-    missing = [f for f in REQUIRED if f not in data]
-    if missing:
-        raise SpecError(f"{source}: missing required field '{missing[0]}' (required: {', '.join(REQUIRED)})")
-    name = data["name"]
-    if not isinstance(name, str) or not NAME_PATTERN.match(name):
-        raise SpecError(
-            f"{source}: field 'name': expected lowercase letters, digits and '-', 1-63 characters, got {name!r}"
-        )
-    command = _command(source, data["command"], base)
-    init_bsz = _int(source, "init_batch_size", data["init_batch_size"], 1)
-    max_bsz = _int(source, "max_batch_size", data.get("max_batch_size", init_bsz), init_bsz)
-    bounds = data.get("local_bsz_bounds", [1, max_bsz])
-    if not (isinstance(bounds, list) and len(bounds) == 2):
-        raise SpecError(f"{source}: field 'local_bsz_bounds': expected [min, max], got {bounds!r}")
-    low = _int(source, "local_bsz_bounds", bounds[0], 1)
-    high = _int(source, "local_bsz_bounds", bounds[1], low)
-    min_gpus = _int(source, "min_gpus", data.get("min_gpus", 0), 0)
-    max_gpus = _int(source, "max_gpus", data.get("max_gpus", 64), max(min_gpus, 1))
-    gpus = _int(source, "gpus", data.get("gpus", max(min_gpus, 1)), max(min_gpus, 1))
-    if gpus > max_gpus:
-        raise SpecError(f"{source}: field 'gpus': {gpus} exceeds max_gpus {max_gpus}; lower gpus or raise max_gpus")
-    if min_gpus * low > max_bsz:
-        raise SpecError(
-            f"{source}: field 'min_gpus': {min_gpus} GPUs x local_bsz_bounds min {low} exceed max_batch_size "
-            f"{max_bsz}; lower min_gpus or raise max_batch_size"
-        )
-    adaptive = data.get("adaptive", True)
-    if not isinstance(adaptive, bool):
-        raise SpecError(f"{source}: field 'adaptive': expected true or false, got {adaptive!r}")
-    checkpoint = data.get("checkpoint_dir")
-    if checkpoint is not None and not isinstance(checkpoint, str):
-        raise SpecError(f"{source}: field 'checkpoint_dir': expected a path string, got {checkpoint!r}")
-    interval = data.get("checkpoint_interval_s")
-    if interval is not None and (isinstance(interval, bool) or not isinstance(interval, int | float) or interval <= 0):
-        raise SpecError(f"{source}: field 'checkpoint_interval_s': expected seconds > 0 (e.g. 300), got {interval!r}")
-    owner = data.get("owner")
-    if owner is not None and not isinstance(owner, str):
-        raise SpecError(f"{source}: field 'owner': expected a string, got {owner!r}")
-    priority = data.get("priority", 0)
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise SpecError(f"{source}: field 'priority': expected an integer, got {priority!r}")
-    gpu_types = _gpu_types(source, data.get("gpu_types"))
-    speeds = _throughputs(source, data.get("single_gpu_throughput", {}))
-    bounds_by_type = _bounds_by_type(source, data.get("local_bsz_bounds_by_type", {}))
-    return JobSpec(
-        name=name,
-        command=command,
-        init_batch_size=init_bsz,
-        max_batch_size=max_bsz,
-        local_bsz_bounds=(low, high),
-        min_gpus=min_gpus,
-        max_gpus=max_gpus,
-        gpus=gpus,
-        adaptive=adaptive,
-        checkpoint_dir=None if checkpoint is None else (base / checkpoint),
-        checkpoint_interval_s=None if interval is None else float(interval),
-        priority=priority,
-        owner=owner,
-        workdir=base,
-        gpu_types=gpu_types,
-        single_gpu_throughput=speeds,
-        local_bsz_bounds_by_type=bounds_by_type,
-    )
+    return _validate(data, source, base or Path.cwd())
 
 
 def load_spec(path: str | Path) -> JobSpec:

@@ -1,11 +1,14 @@
 """The job report: versioned JSON, validated on read, and readable without torch."""
 
 import json
+import re
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+from jsonschema import Draft202012Validator
 
 from pollux.agent.report import (
     SCHEMA_VERSION,
@@ -13,6 +16,7 @@ from pollux.agent.report import (
     JobReport,
     Progress,
     ThroughputSample,
+    json_schema,
     read_report,
     write_report,
 )
@@ -130,3 +134,38 @@ def test_unreadable_and_non_json_files_are_report_errors(tmp_path):
 def test_reading_reports_never_imports_torch():
     code = "import sys, pollux.agent, pollux.agent.report; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "agent-report-schema.md"
+
+
+def documented_fields() -> dict[str, set[str]]:
+    """The field names in the doc's tables: '' for the report's own table, else the object a table describes."""
+    tables: dict[str, set[str]] = {}
+    current = None
+    for line in DOC.read_text().splitlines():
+        if line == "## Fields":
+            current = ""
+        elif match := re.match(r"^`(\w+)`.*:$", line):
+            current = match.group(1)
+        elif line.startswith("| `") and current is not None:
+            tables.setdefault(current, set()).update(re.findall(r"`(\w+)`", line.split("|")[1]))
+    return tables
+
+
+def test_the_docs_tables_name_every_field_a_report_has_and_no_other():
+    written = REPORT.to_json_dict()
+    tables = documented_fields()
+    assert tables.pop("") == set(written)
+    assert tables == {name: set(written[name]) for name in ("throughput_params", "grad_stats", "batch", "progress")}
+
+
+def test_the_docs_example_is_a_valid_report_by_the_reader_and_by_the_json_schema(tmp_path):
+    example = re.search(r"```json\n(.*?)```", DOC.read_text(), re.DOTALL).group(1)
+    path = tmp_path / "example.json"
+    path.write_text(example)
+    assert read_report(path).throughput_params_by_type["a100"] == read_report(path).throughput_params
+    schema = json_schema()
+    Draft202012Validator.check_schema(schema)
+    assert not list(Draft202012Validator(schema).iter_errors(json.loads(example)))
+    assert list(Draft202012Validator(schema).iter_errors({**json.loads(example), "version": "2"}))

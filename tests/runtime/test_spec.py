@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from pollux.errors import SpecError
-from pollux.runtime.spec import load_spec, parse_spec
+from pollux.runtime.spec import JobSpec, load_spec, parse_spec
 
 GOOD = """
 name = "cifar-resnet"
@@ -15,7 +15,6 @@ max_batch_size = 4096
 local_bsz_bounds = [32, 512]
 max_gpus = 8
 checkpoint_dir = "ckpt"
-owner = "alice"
 """
 
 
@@ -96,3 +95,28 @@ def test_a_jobs_checkpoint_interval_is_kept_and_reaches_its_agent_before_the_ser
     assert format_interval(service_wide.checkpoint_interval_of(spec)) == "90"
     assert format_interval(service_wide.checkpoint_interval_of(plain)) == "600"
     assert format_interval(ServiceConfig(state_dir=tmp_path).checkpoint_interval_of(plain)) == "auto"
+
+
+def test_an_error_names_the_file_the_field_what_is_accepted_and_what_it_got(spec_dir):
+    data = {"name": "job", "command": ["python", "train.py"], "init_batch_size": 0}
+    with pytest.raises(SpecError) as err:
+        parse_spec(data, "job.toml", spec_dir)
+    assert str(err.value) == "job.toml: field 'init_batch_size': expected an integer >= 1, got 0"
+    data.update(init_batch_size=8, local_bsz_bounds_by_type={"rtx": [16, 8]})
+    with pytest.raises(SpecError, match=r"'local_bsz_bounds_by_type.rtx': expected \[min, max\] integers"):
+        parse_spec(data, "job.toml", spec_dir)
+
+
+@pytest.mark.parametrize("field", ["priority", "owner", "workdir"])
+def test_fields_a_file_cannot_set_are_unknown(spec_dir, field):
+    data = {"name": "job", "command": ["python", "train.py"], "init_batch_size": 8, field: "x"}
+    with pytest.raises(SpecError, match=f"unknown field '{field}'; accepted fields: name, command, "):
+        parse_spec(data, "job.toml", spec_dir)
+
+
+def test_a_stored_spec_reads_back_equal_even_with_the_legacy_priority_and_owner(spec_dir):
+    spec = load_spec(write(spec_dir, GOOD + 'gpu_types = ["a100"]\nlocal_bsz_bounds_by_type = {a100 = [32, 256]}\n'))
+    stored = spec.to_json_dict()
+    assert stored["checkpoint_dir"] == str(spec_dir.resolve() / "ckpt") and stored["local_bsz_bounds"] == [32, 512]
+    assert JobSpec.from_json_dict(stored) == spec
+    assert JobSpec.from_json_dict({**stored, "priority": 0, "owner": "alice"}) == spec  # stored by an older version
