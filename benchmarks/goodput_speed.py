@@ -1,5 +1,5 @@
 """Speed of the goodput hot path: `optimize` over 10⁴ allocations, and the speedup table the Pollux policy builds
-from it for every job every round (`pollux.policies.pollux.speedup_table`: one `optimize` over K = 0…64 on one
+from it for every job every round (`pollux.policies.speedup.speedup_table`: one `optimize` over K = 0…64 on one
 node and across nodes, after which any allocation's speedup is an array lookup).
 
 Run: .venv/bin/python -m benchmarks.goodput_speed
@@ -15,7 +15,7 @@ from rich.table import Table
 
 from pollux.goodput import GoodputFunction, GradientStats, ThroughputParams
 from pollux.policies.base import JobView
-from pollux.policies.pollux import speedup_table
+from pollux.policies.speedup import speedup_table
 
 # Roughly cifar10's fitted constants; the timings do not depend on the values.
 PARAMS = ThroughputParams(0.017, 0.0007, 0.03, 0.0035, 0.12, 0.0026, 2.07)

@@ -60,7 +60,7 @@ import numpy as np
 from pollux.cluster import Allocation, Cluster, NodeGroup, num_nodes_used
 from pollux.errors import SpecError
 from pollux.policies.base import JobView, Policy
-from pollux.policies.pollux import goodput_table
+from pollux.policies.speedup import goodput_table
 from pollux.policies.typed_search import model_on
 
 LOW_UTILITY, HIGH_UTILITY = 0.35, 0.65  # the artifact's band (its PolluxPolicy's utilization thresholds)
@@ -236,7 +236,7 @@ def resized(
 
 class SpeedupTables:
     """Each job's speedup over its own single-GPU goodput, for K = 0…max GPUs, on one node and across nodes
-    (`pollux.policies.pollux.goodput_table`); computed once per job (and GPU type, where one is asked for: the job's
+    (`pollux.policies.speedup.goodput_table`); computed once per job (and GPU type, where one is asked for: the job's
     model there, `model_on`) and reused for every candidate cluster."""
 
     def __init__(self, jobs: Sequence[JobView], max_gpus: int) -> None:

@@ -12,7 +12,7 @@ interference avoidance couple the jobs. The search exploits that (the artifact u
 1. **Counts.** Each job gets a value table over K = 0…max (single node for K ≤ the largest node's GPUs, else
    spread over whole nodes; keeping its exact current allocation escapes the restart factor). A greedy on the best
    gain per GPU over all larger K (the upper concave envelope, so jumps across non-concave steps are found) hands
-   out GPUs.
+   out GPUs (`search_state.greedy_counts`, which the typed search runs over several types too).
 2. **Placement.** Kept jobs stay where they are; distributed jobs take the fullest-free nodes that host no other
    distributed job (when avoiding interference); single-node jobs go best-fit. What cannot be placed shrinks to
    the largest hole.
@@ -33,12 +33,12 @@ idle, for no gain: it pays the restart delay whenever it starts, and waiting sav
 
 Every step reads one `ValueTable` (each job's value by GPU count and shape, and of keeping its allocation) and
 builds or changes one kind of `Layout` (sparse rows, with free GPUs and distributed jobs per node kept current),
-both in `pollux.policies.search_state`. Everything is deterministic for the same inputs; nothing is random.
+both in `pollux.policies.search_state`; a job's speedups come from `pollux.policies.speedup`. Everything is
+deterministic for the same inputs; nothing is random.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,11 +47,10 @@ from typing import ClassVar
 import numpy as np
 
 from pollux.cluster import Cluster
-from pollux.goodput import throughput
 from pollux.policies.base import BatchOwner, JobView, Policy, PolicyResult
-from pollux.policies.placement import fixed_batch_config
 from pollux.policies.polish import Polisher
-from pollux.policies.search_state import Layout, Row, ValueTable, grow, sparse_row
+from pollux.policies.search_state import Layout, Row, ValueTable, greedy_counts, grow, sparse_row
+from pollux.policies.speedup import speedup_table
 from pollux.policies.typed_search import optimize_typed
 
 EPSILON = 1e-3
@@ -66,51 +65,6 @@ class Transfer:
     donor: int
     taker: int
     gpus: int
-
-
-def goodput_table(job: JobView, max_gpus: int) -> np.ndarray:
-    """Best goodput for K = 0…max_gpus, row 0 on one node, row 1 across nodes.
-
-    Exact, not an approximation: the best goodput on an allocation depends on its node count only through N > 1
-    (T_sync has an intra-node and an inter-node form) and on its replica count K. Jobs that have not run yet scale
-    linearly (K, one unit per GPU), as the artifact assumes; jobs with a fixed batch have efficiency 1 and run at
-    their fixed per-GPU split; adaptive jobs pick their best batch per allocation.
-    """
-    replicas = np.arange(max_gpus + 1)
-    if job.throughput_params is None:
-        return np.vstack([replicas, replicas]).astype(np.float64)
-    if job.batch_size is None:
-        fn = job.goodput_fn()
-        assert fn is not None
-        return fn.best_by_count(max_gpus, job.max_batch_size, job.local_bsz_bounds, accumulation=True)
-    return fixed_batch_goodput(job, np.array([[1], [2]]), replicas)
-
-
-def fair_share_base(goodput: np.ndarray, fair_gpus: int) -> float:
-    """What a job's speedups are relative to: its goodput on the fair share (one node); where the fair share cannot
-    run it, its best single-node goodput instead."""
-    base = float(goodput[0, fair_gpus])
-    return base if base > 0 else max(float(goodput[0].max()), 1e-12)
-
-
-def speedup_table(job: JobView, fair_gpus: int, max_gpus: int) -> np.ndarray:
-    """Speedups over the fair share for K = 0…max_gpus, row 0 on one node, row 1 across nodes (`goodput_table`)."""
-    goodput = goodput_table(job, max(max_gpus, fair_gpus))
-    return goodput[:, : max_gpus + 1] / fair_share_base(goodput, fair_gpus)
-
-
-def fixed_batch_goodput(job: JobView, nodes: np.ndarray, replicas: np.ndarray) -> np.ndarray:
-    """Throughput (efficiency ≡ 1) of a fixed-batch job at each replica count; 0 where the batch cannot split."""
-    assert job.batch_size is not None and job.throughput_params is not None
-    local = np.zeros(replicas.size, dtype=np.int64)
-    accum = np.zeros(replicas.size, dtype=np.int64)
-    valid = (replicas >= 1) & (replicas <= max(job.batch_size // job.local_bsz_bounds[0], 1))
-    for k in replicas[valid]:
-        local[k], accum[k] = fixed_batch_config(
-            job.batch_size, int(k), job.init_batch_size, job.max_batch_size, job.local_bsz_bounds
-        )
-    rate = throughput(job.throughput_params, nodes, np.maximum(replicas, 1), np.maximum(local, 1), accum)
-    return np.where(valid, rate, 0.0)
 
 
 class PolluxPolicy(Policy):
@@ -250,46 +204,9 @@ class PolluxPolicy(Policy):
                 best, best_value = start, value
         return best
 
-    def _best_step(self, values: ValueTable, job: int, have: int, budget: int) -> tuple[float, int]:
-        """Best gain per GPU over every larger count within `budget` more GPUs: (ratio, new count)."""
-        top = min(int(values.max_gpus[job]), have + budget)
-        if top <= have:
-            return -np.inf, have
-        candidates = values.natural[job, have + 1 : top + 1].copy()
-        current = int(values.current_gpus[job])
-        if have < current <= top:
-            candidates[current - have - 1] = max(candidates[current - have - 1], values.keep[job])
-        gains = (candidates - values.by_count(job, have)) / np.arange(1, top - have + 1)
-        best = int(np.argmax(gains))
-        return float(gains[best]), have + best + 1
-
     def _counts(self, values: ValueTable, jobs: Sequence[JobView]) -> np.ndarray:
-        """Greedy GPU counts on the upper concave envelope of each job's values; ties go to the job listed first
-        among the least-served (the artifact orders jobs by attained service, then age)."""
-        order = sorted(range(len(jobs)), key=lambda i: (jobs[i].attained_service_gpu_s, jobs[i].submit_time_s))
-        rank = {i: r for r, i in enumerate(order)}
-        counts = np.zeros(len(jobs), dtype=np.int64)
-        free = values.num_gpus
-        heap = []
-        for i in range(len(jobs)):
-            ratio, target = self._best_step(values, i, 0, free)
-            if ratio > 0:
-                heap.append((-ratio, rank[i], i, target))
-        heapq.heapify(heap)
-        while heap and free > 0:
-            _, r, i, target = heapq.heappop(heap)
-            need = target - counts[i]
-            if need > free:  # stale: the budget shrank since this step was computed
-                ratio, target = self._best_step(values, i, int(counts[i]), free)
-                if ratio > 0:
-                    heapq.heappush(heap, (-ratio, r, i, target))
-                continue
-            counts[i] = target
-            free -= need
-            ratio, target = self._best_step(values, i, int(counts[i]), free)
-            if ratio > 0:
-                heapq.heappush(heap, (-ratio, r, i, target))
-        return counts
+        """Step 1: GPU counts by the count greedy (`search_state.greedy_counts`) on the one type's value table."""
+        return greedy_counts([values], jobs)[1]
 
     def _layout(self, values: ValueTable, counts: np.ndarray) -> Layout:
         """Steps 2 and 3: place the counts, then hand what is left to whichever job gains most, in the shape it was
@@ -304,11 +221,7 @@ class PolluxPolicy(Policy):
         The best moves by the value tables alone (separable, so all pairs at once) are tried in order, each
         re-placed; the first that really improves the placed fitness is taken. Stops when none does, or after
         `MAX_MOVES`."""
-        by_count = values.natural.copy()
-        for j in np.flatnonzero(values.current_gpus < by_count.shape[1]).tolist():
-            current = values.current_gpus[j]
-            if current > 0:
-                by_count[j, current] = max(by_count[j, current], values.keep[j])
+        by_count = values.planned
         rows = np.arange(values.num_jobs)
         best = layout.total()
         for _ in range(MAX_MOVES):

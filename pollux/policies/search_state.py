@@ -4,7 +4,11 @@
   job's value depends only on its GPU count, whether it spans nodes, and whether it keeps its exact current
   allocation (no restart), so one (spans, GPUs) table per job and one number for keeping say it all. The one place
   a value is computed: one row (`of`), a whole layout (kept current by `Layout`), or many allocation matrices at
-  once (`evaluate`, the fitness the genetic-algorithm yardstick and the tests score).
+  once (`evaluate`, the fitness the genetic-algorithm yardstick and the tests score). What the count-first steps
+  plan with, before anything is placed, is `planned`: each job's value by GPU count in its natural shape, keeping
+  its allocation where the count is its current one.
+- `greedy_counts`: the count step, GPUs handed out best gain per GPU first on each job's upper concave envelope
+  (`ValueTable.best_step`), over one GPU type's table or several (the typed search's first choice of types).
 - `Layout`: the allocation being searched, one sparse row per job (node → GPUs), with what the steps ask of it
   kept current: per job its GPUs, nodes, home node, value and whether it keeps its allocation; per node the free
   GPUs, the jobs on it and how many distributed jobs hold GPUs there. Rows change only through `Layout.set`;
@@ -19,11 +23,13 @@ allocation tuple per job except reading the jobs' current ones once.
 from __future__ import annotations
 
 import functools
+import heapq
 from collections.abc import Sequence
 
 import numpy as np
 
 from pollux.cluster import Allocation, Cluster
+from pollux.policies.base import JobView
 
 Row = dict[int, int]  # one job's GPUs per node, nodes without GPUs left out
 MIN_GAIN = 1e-9  # gains at or below this are no gain
@@ -82,6 +88,11 @@ class ValueTable:
         counts = np.arange(width)
         # natural[j, K]: K GPUs in the job's natural shape (one node while the largest node holds them)
         self.natural = np.where(counts <= max_node_gpus, self.table[0], self.table[1])
+        # planned[j, K]: the same, and at its current count the better of that and keeping its allocation
+        self.planned = self.natural.copy()
+        held = np.flatnonzero((self.current_gpus > 0) & (self.current_gpus < width))
+        at = self.current_gpus[held]
+        self.planned[held, at] = np.maximum(self.planned[held, at], self.keep[held])
 
     def of(self, job: int, row: Row) -> float:
         """The job's value on `row`."""
@@ -94,9 +105,19 @@ class ValueTable:
 
     def by_count(self, job: int, gpus: int) -> float:
         """The job's best value on `gpus` GPUs in its natural shape, keeping its allocation where the count is its
-        current one (what the count-first steps plan with, before anything is placed)."""
-        value = float(self.natural[job, gpus])
-        return max(value, float(self.keep[job])) if gpus == self.current_gpus[job] else value
+        current one (what the count-first steps plan with, before anything is placed: `planned`)."""
+        return float(self.planned[job, gpus])
+
+    def best_step(self, job: int, have: int, budget: int) -> tuple[float, int]:
+        """The job's best gain per GPU (by `planned`) from `have` GPUs to any larger count within `budget` more:
+        (ratio, new count), or (-inf, `have`) when it may not grow. Over every larger count, not only the next, so
+        that jumps across non-concave steps are found (the upper concave envelope)."""
+        top = min(int(self.max_gpus[job]), have + budget)
+        if top <= have:
+            return -np.inf, have
+        gains = (self.planned[job, have + 1 : top + 1] - self.by_count(job, have)) / np.arange(1, top - have + 1)
+        best = int(np.argmax(gains))
+        return float(gains[best]), have + best + 1
 
     @functools.cached_property
     def _current_matrix(self) -> np.ndarray:
@@ -111,6 +132,48 @@ class ValueTable:
         values = self.table[spans, jobs, np.minimum(gpus, self.table.shape[2] - 1)]
         kept = np.all(states == self._current_matrix, axis=2) & (self.current_gpus > 0)
         return np.where(kept, self.keep, values)
+
+
+def greedy_counts(tables: Sequence[ValueTable], jobs: Sequence[JobView]) -> tuple[np.ndarray, np.ndarray]:
+    """The count step: (table index, GPUs) per job (-1, 0 for a job given none), handing out GPUs best gain per GPU
+    first (`ValueTable.best_step`), each table's GPUs its budget.
+
+    One table per GPU type, every job in each (one table: the one-type search). A job's table (its type) is settled
+    by its first GPUs. Ties go to the job listed first among the least-served (the artifact orders jobs by attained
+    service, then age), then to the table listed first."""
+    order = sorted(range(len(jobs)), key=lambda i: (jobs[i].attained_service_gpu_s, jobs[i].submit_time_s))
+    rank = {i: r for r, i in enumerate(order)}
+    free = [values.num_gpus for values in tables]
+    kind = np.full(len(jobs), -1, dtype=np.int64)
+    counts = np.zeros(len(jobs), dtype=np.int64)
+
+    def best(j: int) -> tuple[float, int, int]:
+        """Best (gain per GPU, table, new count) for job j within the budgets."""
+        types = [int(kind[j])] if kind[j] >= 0 else range(len(tables))
+        steps = [(*tables[t].best_step(j, int(counts[j]), free[t]), t) for t in types]
+        ratio, target, t = max(steps, key=lambda s: (s[0], -s[2]))
+        return ratio, t, target
+
+    heap = []
+    for j in range(len(jobs)):
+        ratio, t, target = best(j)
+        if ratio > 0:
+            heap.append((-ratio, rank[j], t, j, target))
+    heapq.heapify(heap)
+    while heap and any(free):
+        _, r, t, j, target = heapq.heappop(heap)
+        need = target - int(counts[j])
+        if need > free[t]:  # stale: the budget shrank since this step was computed
+            ratio, t, target = best(j)
+            if ratio > 0:
+                heapq.heappush(heap, (-ratio, r, t, j, target))
+            continue
+        kind[j], counts[j] = t, target
+        free[t] -= need
+        ratio, t, target = best(j)
+        if ratio > 0:
+            heapq.heappush(heap, (-ratio, r, t, j, target))
+    return kind, counts
 
 
 class Layout:

@@ -11,30 +11,41 @@ bootstrap); else, before it has run anywhere, linear in K at its 1-GPU throughpu
 goodput on a fair share ⌈G/J⌉ of one node, averaged over the types weighted by their GPUs: on one type, the
 artifact's normalization; on several, what an equal slice of the whole cluster is worth to the job.
 
-**Types and counts.** A greedy on every (job, type)'s upper concave envelope of values, as the one-type count step,
-with a GPU budget per type; a job's type is settled by its first GPUs. Keeping the current allocation is worth its
-undiscounted value on the current type only, so a job changes type only when the gain outweighs the restart.
-A job left without GPUs joins the type where one GPU is worth most to it, so that type's fill and polish may still
-give it GPUs.
+**Types and counts.** The one-type search's count greedy (`search_state.greedy_counts`) over every (job, type)'s
+values, with a GPU budget per type (a job's type is settled by its first GPUs), and a mixed-integer program over
+the same values (`counts_by_program`, which usually does better); the round keeps whichever is worth more. Keeping
+the current allocation is worth its undiscounted value on the current type only, so a job changes type only when
+the gain outweighs the restart. A job left without GPUs joins the type where one GPU is worth most to it, so that
+type's fill and polish may still give it GPUs.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from pollux.cluster import Allocation, Cluster
 from pollux.goodput import ThroughputParams, scaled_params
 from pollux.policies.base import JobView
-from pollux.policies.search_state import Row, ValueTable, sparse_row
+from pollux.policies.search_state import Layout, Row, ValueTable, greedy_counts, sparse_row
+from pollux.policies.speedup import fair_share_base, goodput_table
 
-if TYPE_CHECKING:
-    from pollux.policies.pollux import PolluxPolicy
+
+class OneTypeSearch(Protocol):
+    """What the typed search asks of the one-type policy (`PolluxPolicy`, which calls it): its values and its
+    search on one type's nodes. A protocol, so that this module imports no policy."""
+
+    def utility(self, scaled_speedup: np.ndarray | float) -> np.ndarray: ...
+
+    def realloc_factor(self, job: JobView, now: float) -> float: ...
+
+    def job_values(self, job: JobView, speedups: np.ndarray, factor: float, row: Row) -> tuple[np.ndarray, float]: ...
+
+    def search(self, values: ValueTable, counts: np.ndarray, round_jobs: int | None = None) -> Layout: ...
 
 
 @dataclass(frozen=True)
@@ -92,11 +103,9 @@ def view_on(job: JobView, piece: TypeSlice) -> JobView:
 
 
 def typed_value_tables(
-    policy: PolluxPolicy, jobs: Sequence[JobView], cluster: Cluster, pieces: Sequence[TypeSlice], now: float
+    policy: OneTypeSearch, jobs: Sequence[JobView], cluster: Cluster, pieces: Sequence[TypeSlice], now: float
 ) -> list[ValueTable]:
     """One value table per type over every job (a job that may not run on a type can hold 0 GPUs there)."""
-    from pollux.policies.pollux import fair_share_base, goodput_table
-
     fair = max(1, math.ceil(cluster.num_gpus / len(jobs)))
     scale = cluster.num_nodes / cluster.num_gpus
     weights = [piece.cluster.num_gpus / cluster.num_gpus for piece in pieces]
@@ -156,47 +165,6 @@ def sub_table(values: ValueTable, jobs: Sequence[int], cluster: Cluster) -> Valu
     )
 
 
-def choose_types(
-    policy: PolluxPolicy, tables: Sequence[ValueTable], jobs: Sequence[JobView], pieces: Sequence[TypeSlice]
-) -> tuple[np.ndarray, np.ndarray]:
-    """(type index, GPUs) per job by the count greedy of the one-type search over (job, type), a budget per type;
-    a job's type is settled by its first GPUs. Ties go to the least-served job listed first, and to the type listed
-    first. The program (`counts_by_program`) usually does better: this one is kept where it does not."""
-    order = sorted(range(len(jobs)), key=lambda i: (jobs[i].attained_service_gpu_s, jobs[i].submit_time_s))
-    rank = {i: r for r, i in enumerate(order)}
-    free = [piece.cluster.num_gpus for piece in pieces]
-    kind = np.full(len(jobs), -1, dtype=np.int64)
-    counts = np.zeros(len(jobs), dtype=np.int64)
-
-    def best(j: int) -> tuple[float, int, int]:
-        """Best (gain per GPU, type, new count) for job j within the budgets."""
-        types = [int(kind[j])] if kind[j] >= 0 else range(len(tables))
-        steps = [(*policy._best_step(tables[t], j, int(counts[j]), free[t]), t) for t in types]
-        ratio, target, t = max(steps, key=lambda s: (s[0], -s[2]))
-        return ratio, t, target
-
-    heap = []
-    for j in range(len(jobs)):
-        ratio, t, target = best(j)
-        if ratio > 0:
-            heap.append((-ratio, rank[j], t, j, target))
-    heapq.heapify(heap)
-    while heap and any(free):
-        _, r, t, j, target = heapq.heappop(heap)
-        need = target - int(counts[j])
-        if need > free[t]:  # stale: the budget shrank since this step was computed
-            ratio, t, target = best(j)
-            if ratio > 0:
-                heapq.heappush(heap, (-ratio, r, t, j, target))
-            continue
-        kind[j], counts[j] = t, target
-        free[t] -= need
-        ratio, t, target = best(j)
-        if ratio > 0:
-            heapq.heappush(heap, (-ratio, r, t, j, target))
-    return kind, counts
-
-
 def envelope_vertices(values: np.ndarray) -> list[int]:
     """Counts K > 0 on the upper concave envelope of (K, values[K]) from K = 0: the counts worth stopping at when
     GPUs are scarce (a count below the envelope is beaten by a mix of its neighbours)."""
@@ -230,10 +198,8 @@ def counts_by_program(
         capacity = pieces[t].cluster.num_gpus
         tops = np.minimum(values.max_gpus, capacity)
         for j in np.flatnonzero(tops >= 1).tolist():
-            row = values.natural[j, : tops[j] + 1].copy()
+            row = values.planned[j, : tops[j] + 1]
             current = int(values.current_gpus[j])
-            if 0 < current < row.size:
-                row[current] = max(row[current], values.keep[j])
             candidates = set(envelope_vertices(row))
             if 0 < current < row.size:
                 candidates.add(current)
@@ -300,12 +266,12 @@ def choice_value(tables: Sequence[ValueTable], kind: np.ndarray, counts: np.ndar
 
 
 def optimize_typed(
-    policy: PolluxPolicy, jobs: Sequence[JobView], cluster: Cluster, now: float
+    policy: OneTypeSearch, jobs: Sequence[JobView], cluster: Cluster, now: float
 ) -> tuple[dict[str, Allocation], list[float]]:
     """Allocations on every type (module docstring) and every job's value, in job order."""
     pieces = type_slices(cluster)
     tables = typed_value_tables(policy, jobs, cluster, pieces, now)
-    greedy = choose_types(policy, tables, jobs, pieces)
+    greedy = greedy_counts(tables, jobs)
     chosen = counts_by_program(tables, pieces)
     kind, counts = greedy if chosen is None or choice_value(tables, *greedy) > choice_value(tables, *chosen) else chosen
     for j in np.flatnonzero(kind < 0).tolist():  # waiting: where one GPU is worth most

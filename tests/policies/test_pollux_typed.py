@@ -170,7 +170,8 @@ def test_the_types_and_counts_keep_each_types_gpus_and_are_worth_at_least_the_gr
     """The program's types and counts stay within every type's GPUs and on types each job may use; the round keeps
     whichever of the program and the count greedy (which settles a job's type by its first GPU) is worth more, and
     the program is worth more on some rounds."""
-    from pollux.policies.typed_search import choice_value, choose_types, counts_by_program
+    from pollux.policies.search_state import greedy_counts
+    from pollux.policies.typed_search import choice_value, counts_by_program
 
     policy = PolluxPolicy()
     beaten = 0
@@ -184,7 +185,7 @@ def test_the_types_and_counts_keep_each_types_gpus_and_are_worth_at_least_the_gr
             assert counts[kind == t].sum() <= piece.cluster.num_gpus
         for j in np.flatnonzero(counts > 0).tolist():
             assert jobs[j].may_run_on(pieces[kind[j]].gpu_type)
-        greedy = choice_value(tables, *choose_types(policy, tables, jobs, pieces))
+        greedy = choice_value(tables, *greedy_counts(tables, jobs))
         beaten += choice_value(tables, kind, counts) > greedy + 1e-9
     assert beaten > 0
 

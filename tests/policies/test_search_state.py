@@ -9,7 +9,7 @@ from pollux_jobs import NOW, assert_consistent, job, random_job, scenarios, snap
 
 from pollux.cluster import Cluster
 from pollux.policies.pollux import PolluxPolicy, speedup_table
-from pollux.policies.search_state import Layout, ValueTable, dense_row, grow, sparse_row
+from pollux.policies.search_state import Layout, ValueTable, dense_row, greedy_counts, grow, sparse_row
 
 
 def value_tables(seed: int, count: int):
@@ -122,3 +122,43 @@ def test_a_value_table_bounds_every_job_by_its_maximum():
         assert values.max_gpus[j] == top
         assert np.all(values.table[:, j, top + 1 :] == -np.inf)
         assert values.of(j, {0: 1, 1: 4, 2: 4}) == (-np.inf if top < 9 else values.table[1, j, 9])
+
+
+def test_the_planned_value_of_the_current_count_is_the_better_of_moving_and_keeping():
+    """What the count-first steps plan with: a count's value in its natural shape, and at the current count the
+    better of that and keeping the allocation (never below what the layout would give the kept row)."""
+    for _, _, values, _, _ in value_tables(6, 30):
+        for j in range(values.num_jobs):
+            current = int(values.current_gpus[j])
+            for gpus in range(int(values.max_gpus[j]) + 1):
+                planned = values.by_count(j, gpus)
+                if gpus == current > 0:
+                    assert planned == max(float(values.natural[j, gpus]), values.of(j, values.current[j]))
+                else:
+                    assert planned == values.natural[j, gpus]
+
+
+def test_the_best_step_is_the_best_gain_per_gpu_over_every_larger_count_within_the_budget():
+    """From any count a job may hold (a finite value), as the count greedy asks."""
+    for _, _, values, rng, _ in value_tables(7, 30):
+        for j in range(values.num_jobs):
+            held = [k for k in range(int(values.max_gpus[j]) + 1) if np.isfinite(values.by_count(j, k))]
+            have = int(rng.choice(held))
+            budget = int(rng.integers(0, values.num_gpus + 1))
+            ratio, target = values.best_step(j, have, budget)
+            top = min(int(values.max_gpus[j]), have + budget)
+            if top <= have:
+                assert (ratio, target) == (-np.inf, have)
+                continue
+            here = values.by_count(j, have)
+            gains = [(values.by_count(j, k) - here) / (k - have) for k in range(have + 1, top + 1)]
+            assert have < target <= top and ratio == gains[target - have - 1]
+            assert all(gain <= ratio for gain in gains)
+
+
+def test_the_count_greedy_stays_within_each_tables_gpus_and_each_jobs_bounds():
+    for _, cluster, values, _, jobs in value_tables(8, 30):
+        kind, counts = greedy_counts([values], jobs)
+        assert counts.sum() <= cluster.num_gpus
+        assert np.all(counts <= values.max_gpus)
+        assert np.all((kind == 0) == (counts > 0)) and np.all((kind == -1) == (counts == 0))

@@ -1,0 +1,60 @@
+"""What a job's GPUs are worth to it, before any policy weighs it against others: its best goodput on K GPUs (on one
+node or across nodes), and its speedup over the fair share (OSDI'21 §4.2: SPEEDUP_j = max goodput on A_j / max
+goodput on ⌈G/J⌉ GPUs of one node).
+
+Shared by the Pollux policy's one-type and typed searches (`pollux.policies.pollux`, `pollux.policies.typed_search`)
+and the autoscaler (`pollux.autoscale`); it imports no policy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pollux.goodput import throughput
+from pollux.policies.base import JobView
+from pollux.policies.placement import fixed_batch_config
+
+
+def goodput_table(job: JobView, max_gpus: int) -> np.ndarray:
+    """Best goodput for K = 0…max_gpus, row 0 on one node, row 1 across nodes.
+
+    Exact, not an approximation: the best goodput on an allocation depends on its node count only through N > 1
+    (T_sync has an intra-node and an inter-node form) and on its replica count K. Jobs that have not run yet scale
+    linearly (K, one unit per GPU), as the artifact assumes; jobs with a fixed batch have efficiency 1 and run at
+    their fixed per-GPU split; adaptive jobs pick their best batch per allocation.
+    """
+    replicas = np.arange(max_gpus + 1)
+    if job.throughput_params is None:
+        return np.vstack([replicas, replicas]).astype(np.float64)
+    if job.batch_size is None:
+        fn = job.goodput_fn()
+        assert fn is not None
+        return fn.best_by_count(max_gpus, job.max_batch_size, job.local_bsz_bounds, accumulation=True)
+    return fixed_batch_goodput(job, np.array([[1], [2]]), replicas)
+
+
+def fair_share_base(goodput: np.ndarray, fair_gpus: int) -> float:
+    """What a job's speedups are relative to: its goodput on the fair share (one node); where the fair share cannot
+    run it, its best single-node goodput instead."""
+    base = float(goodput[0, fair_gpus])
+    return base if base > 0 else max(float(goodput[0].max()), 1e-12)
+
+
+def speedup_table(job: JobView, fair_gpus: int, max_gpus: int) -> np.ndarray:
+    """Speedups over the fair share for K = 0…max_gpus, row 0 on one node, row 1 across nodes (`goodput_table`)."""
+    goodput = goodput_table(job, max(max_gpus, fair_gpus))
+    return goodput[:, : max_gpus + 1] / fair_share_base(goodput, fair_gpus)
+
+
+def fixed_batch_goodput(job: JobView, nodes: np.ndarray, replicas: np.ndarray) -> np.ndarray:
+    """Throughput (efficiency ≡ 1) of a fixed-batch job at each replica count; 0 where the batch cannot split."""
+    assert job.batch_size is not None and job.throughput_params is not None
+    local = np.zeros(replicas.size, dtype=np.int64)
+    accum = np.zeros(replicas.size, dtype=np.int64)
+    valid = (replicas >= 1) & (replicas <= max(job.batch_size // job.local_bsz_bounds[0], 1))
+    for k in replicas[valid]:
+        local[k], accum[k] = fixed_batch_config(
+            job.batch_size, int(k), job.init_batch_size, job.max_batch_size, job.local_bsz_bounds
+        )
+    rate = throughput(job.throughput_params, nodes, np.maximum(replicas, 1), np.maximum(local, 1), accum)
+    return np.where(valid, rate, 0.0)
