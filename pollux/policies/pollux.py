@@ -47,6 +47,7 @@ from typing import ClassVar
 import numpy as np
 
 from pollux.cluster import Cluster
+from pollux.defaults import RESTART_DELAY_S
 from pollux.policies.base import BatchOwner, JobView, Policy, PolicyResult
 from pollux.policies.polish import Polisher
 from pollux.policies.search_state import Layout, Row, ValueTable, greedy_counts, grow, sparse_row
@@ -77,7 +78,7 @@ class PolluxPolicy(Policy):
     def __init__(
         self,
         p: float = -1.0,
-        restart_delay_s: float = 30.0,
+        restart_delay_s: float = float(RESTART_DELAY_S),
         avoid_interference: bool = True,
         discount_starts: bool = True,
     ) -> None:

@@ -29,6 +29,7 @@ from typing import ClassVar
 import numpy as np
 
 from pollux.cluster import Allocation, Cluster, NodeGroup
+from pollux.defaults import RESTART_DELAY_S
 from pollux.policies.base import JobView, PolicyResult
 from pollux.policies.pollux import PolluxPolicy
 
@@ -113,7 +114,7 @@ class PolluxUnawarePolicy(PolluxPolicy):
     def __init__(
         self,
         p: float = -1.0,
-        restart_delay_s: float = 30.0,
+        restart_delay_s: float = float(RESTART_DELAY_S),
         avoid_interference: bool = True,
         discount_starts: bool = True,
     ) -> None:
