@@ -8,3 +8,5 @@ from __future__ import annotations
 RESTART_DELAY_S = 30
 # Seconds between scheduling rounds when nothing else happens (the artifact's 60 s).
 ROUND_INTERVAL_S = 60
+# Seconds a real job asked to stop (SIGTERM) may take to checkpoint before it is killed.
+STOP_GRACE_S = 60.0

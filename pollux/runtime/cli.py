@@ -25,7 +25,7 @@ from rich.table import Table
 
 from pollux.cluster import Cluster
 from pollux.console import plain_console
-from pollux.defaults import RESTART_DELAY_S, ROUND_INTERVAL_S
+from pollux.defaults import RESTART_DELAY_S, ROUND_INTERVAL_S, STOP_GRACE_S
 from pollux.errors import SchedulerDownError, ServiceError
 from pollux.option_bounds import bounds
 
@@ -104,7 +104,7 @@ def up(
     ] = float(RESTART_DELAY_S),
     stop_grace: Annotated[
         float, typer.Option(help="Seconds a stopping job may take to checkpoint.", callback=bounds(0))
-    ] = 60.0,
+    ] = STOP_GRACE_S,
     max_attempts: Annotated[int, typer.Option(help="Crashed launches before a job fails.", callback=bounds(1))] = 3,
     backoff: Annotated[
         float, typer.Option(help="Seconds before the first retry of a crashed job (doubles).", callback=bounds(0))

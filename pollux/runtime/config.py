@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pollux.autoscale import WINDOW_ROUNDS
 from pollux.data.philly import philly_service_samples
-from pollux.defaults import RESTART_DELAY_S, ROUND_INTERVAL_S
+from pollux.defaults import RESTART_DELAY_S, ROUND_INTERVAL_S, STOP_GRACE_S
 from pollux.errors import SpecError
 from pollux.policies.base import Policy
 from pollux.policies.registry import PolicySettings, make_policy, policy_class
@@ -22,7 +22,7 @@ class ServiceConfig:
     policy: str = "pollux"
     interval_s: float = float(ROUND_INTERVAL_S)  # seconds between rounds when nothing happens
     restart_delay_s: float = float(RESTART_DELAY_S)  # δ of Pollux's re-allocation factor: what a restart costs a job
-    stop_grace_s: float = 60.0  # after SIGTERM, how long a job may take to checkpoint before SIGKILL
+    stop_grace_s: float = STOP_GRACE_S  # after SIGTERM, how long a job may take to checkpoint before SIGKILL
     max_attempts: int = 3  # crashed launches before a job is marked failed
     backoff_s: float = 5.0  # wait before the first retry of a crashed job; doubles per crash
     checkpoint_interval_s: float | None = None  # jobs' periodic checkpoints (a spec may override); None: automatic

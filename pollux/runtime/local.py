@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Literal
 
 from pollux.cluster import Cluster, NodeGroup, num_nodes_used
+from pollux.defaults import STOP_GRACE_S
 from pollux.errors import LaunchError, SpecError, UnknownJobError
 from pollux.runtime.gpu_types import CPU_SLOT_TYPE, UNKNOWN_GPU_TYPE, type_from_device_name
 from pollux.runtime.joblog import open_rank_log
@@ -144,7 +145,7 @@ class LocalLauncher:
         self,
         slots: int | None = None,
         *,
-        stop_grace_s: float = 30.0,
+        stop_grace_s: float = STOP_GRACE_S,
         gpu_types: Sequence[tuple[str, int | None]] = (),
     ) -> None:
         if slots is not None and slots < 1:

@@ -23,6 +23,7 @@ import threading
 from collections.abc import Mapping
 
 from pollux.cluster import Cluster
+from pollux.defaults import STOP_GRACE_S
 from pollux.errors import LaunchError, UnknownJobError
 from pollux.runtime.launcher import LaunchRequest, WorkerInfo
 from pollux.runtime.processes import reap_processes
@@ -47,7 +48,7 @@ class RayLauncher:
         address: str | None = None,
         *,
         gpu_resource: str = "GPU",
-        stop_grace_s: float = 30.0,
+        stop_grace_s: float = STOP_GRACE_S,
         namespace: str = "pollux",
         placement_timeout_s: float = 20.0,
         gpu_type_resources: Mapping[str, str] | None = None,
