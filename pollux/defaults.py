@@ -8,5 +8,8 @@ from __future__ import annotations
 RESTART_DELAY_S = 30
 # Seconds between scheduling rounds when nothing else happens (the artifact's 60 s).
 ROUND_INTERVAL_S = 60
+# Seconds a job started or moved trains, after its restore delay, before it may be moved again (`pollux.lease`): the
+# runtime's default; the simulator's is no lease, as in the paper.
+LEASE_MIN_RUN_S = 60.0
 # Seconds a real job asked to stop (SIGTERM) may take to checkpoint before it is killed.
 STOP_GRACE_S = 60.0

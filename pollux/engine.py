@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from pollux.cluster import Allocation, Cluster, num_gpus, validate_allocations
+from pollux.lease import Lease, keep_leases
 from pollux.policies.base import BatchConfig, JobView, Policy
 
 DecisionKind = Literal["start", "resize", "stop"]
@@ -51,6 +52,7 @@ class RoundResult:
     decisions: tuple[Decision, ...]
     allocations: Mapping[str, Allocation]
     reasons: Mapping[str, str] = field(default_factory=dict)
+    next_round_at: float | None = None  # a round is due by then: a lease the policy wanted to break ends
 
 
 def diff(
@@ -74,11 +76,13 @@ def diff(
 
 
 class Scheduler:
-    """Runs a policy against a backend, one round at a time."""
+    """Runs a policy against a backend, one round at a time; with a `lease`, a job just started or moved keeps its
+    GPUs until it has restored and measured itself, whatever the policy says (`pollux.lease`)."""
 
-    def __init__(self, policy: Policy, backend: Backend) -> None:
+    def __init__(self, policy: Policy, backend: Backend, lease: Lease | None = None) -> None:
         self.policy = policy
         self.backend = backend
+        self.lease = lease
 
     def step(self, now: float) -> RoundResult:
         jobs = self.backend.job_views(now)
@@ -88,7 +92,12 @@ class Scheduler:
         result = self.policy.optimize(jobs, cluster, now)
         names = {job.name for job in jobs}
         allocations = {name: alloc for name, alloc in result.allocations.items() if name in names and any(alloc)}
+        reasons, due = dict(result.reasons), None
+        if self.lease is not None:
+            sharing = self.policy.avoids_sharing
+            allocations, overruled, due = keep_leases(jobs, allocations, cluster, now, self.lease, sharing)
+            reasons.update(overruled)
         validate_allocations(cluster, allocations, avoid_sharing=self.policy.avoids_sharing)
         decisions = diff(jobs, allocations, cluster, result.batch)
         self.backend.apply(decisions, now)
-        return RoundResult(now, tuple(decisions), allocations, dict(result.reasons))
+        return RoundResult(now, tuple(decisions), allocations, reasons, due)

@@ -59,6 +59,7 @@ class JobView:
     # type), whose ratios bootstrap the model of a type the job has not run on (`pollux.goodput.scaled_params`).
     single_gpu_throughput_by_type: Mapping[str, float] = field(default_factory=dict)
     restart_delay_s: float | None = None  # what a restart costs it (its checkpoint-restore), where known
+    allocated_at_s: float | None = None  # when its current allocation began (its last start or move); None: waiting
 
     @property
     def adaptive(self) -> bool:

@@ -45,6 +45,7 @@ class JobFacts:
     run_time_by_type_s: Mapping[str, float] = field(default_factory=dict)
     single_gpu_throughput_by_type: Mapping[str, float] = field(default_factory=dict)
     restart_delay_s: float | None = None  # its own checkpoint-restore delay, where measured
+    allocated_at_s: float | None = None  # when its current allocation began (its last start or move)
 
 
 def gpu_bound(
@@ -104,4 +105,5 @@ def job_view(facts: JobFacts) -> JobView:
         run_time_by_type_s=dict(facts.run_time_by_type_s),
         single_gpu_throughput_by_type=dict(facts.single_gpu_throughput_by_type),
         restart_delay_s=facts.restart_delay_s,
+        allocated_at_s=facts.allocated_at_s,
     )

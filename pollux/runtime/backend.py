@@ -51,6 +51,7 @@ def job_facts(
         },
         run_time_by_type_s=dict(report.run_time_by_type_s) if report else {},
         single_gpu_throughput_by_type=dict(spec.single_gpu_throughput),
+        allocated_at_s=state.updated_at if state.status == "running" else None,  # its launch: nothing else updates it
     )
 
 

@@ -25,7 +25,7 @@ from rich.table import Table
 
 from pollux.cluster import Cluster
 from pollux.console import plain_console
-from pollux.defaults import RESTART_DELAY_S, ROUND_INTERVAL_S, STOP_GRACE_S
+from pollux.defaults import LEASE_MIN_RUN_S, RESTART_DELAY_S, ROUND_INTERVAL_S, STOP_GRACE_S
 from pollux.errors import SchedulerDownError, ServiceError
 from pollux.option_bounds import bounds
 
@@ -116,6 +116,13 @@ def up(
             callback=bounds(0, low_open=True),
         ),
     ] = None,
+    lease: Annotated[
+        float,
+        typer.Option(
+            help="Seconds a job started or moved trains, after its restore, before the policy may move it again.",
+            callback=bounds(0),
+        ),
+    ] = LEASE_MIN_RUN_S,
     host: Annotated[str, typer.Option(help="Address the API binds.")] = "127.0.0.1",
     port: Annotated[
         int,
@@ -178,6 +185,7 @@ def up(
             max_attempts=max_attempts,
             backoff_s=backoff,
             checkpoint_interval_s=checkpoint_interval,
+            lease_s=lease,
             autoscale_window_rounds=autoscale_window or WINDOW_ROUNDS,
         )
         launcher = _launcher(

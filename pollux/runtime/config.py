@@ -7,8 +7,9 @@ from pathlib import Path
 
 from pollux.autoscale import WINDOW_ROUNDS
 from pollux.data.philly import philly_service_samples
-from pollux.defaults import RESTART_DELAY_S, ROUND_INTERVAL_S, STOP_GRACE_S
+from pollux.defaults import LEASE_MIN_RUN_S, RESTART_DELAY_S, ROUND_INTERVAL_S, STOP_GRACE_S
 from pollux.errors import SpecError
+from pollux.lease import Lease
 from pollux.policies.base import Policy
 from pollux.policies.registry import PolicySettings, make_policy, policy_class
 from pollux.runtime.spec import JobSpec
@@ -28,6 +29,12 @@ class ServiceConfig:
     checkpoint_interval_s: float | None = None  # jobs' periodic checkpoints (a spec may override); None: automatic
     tick_s: float = 0.25  # how often worker groups and reports are polled
     autoscale_window_rounds: int = WINDOW_ROUNDS  # rounds of utility averaged before a resize (pollux.autoscale)
+    lease_s: float | None = LEASE_MIN_RUN_S  # a job started or moved trains this long after its restore before it
+    # may be moved again (`pollux.lease`); None: the paper's Pollux
+
+    @property
+    def lease(self) -> Lease | None:
+        return None if self.lease_s is None else Lease(self.lease_s, self.restart_delay_s)
 
     @property
     def database(self) -> Path:

@@ -23,6 +23,7 @@ PDEATHSIG); the HTTP API's threads only read the store and queue requests for th
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -84,7 +85,7 @@ class Service:
         self.reports = ReportCache(config, self.store)
         self.lifecycle = JobLifecycle(config, self.store, launcher, self.reports, clock, self._wake)
         self.backend = RuntimeBackend(self.store, self.lifecycle, self.reports, lambda: self.launcher.cluster)
-        self.scheduler = Scheduler(self.policy, self.backend)
+        self.scheduler = Scheduler(self.policy, self.backend, config.lease)
         self.pool = self._pool(autoscaler) if autoscaler is not None else None
         self._requests = _Requests()
         self._cond = threading.Condition()
@@ -186,8 +187,8 @@ class Service:
                     self.reports.refresh(state.name, now)
             now = self.clock()
             if changed or cancelled or requests.wake or self._round_due(now):
-                self.schedule(now)
-                self._next_round = self.clock() + self.config.interval_s
+                lease_ends = self.schedule(now)
+                self._next_round = min(self.clock() + self.config.interval_s, lease_ends or math.inf)
             retry = self.lifecycle.next_retry(self.clock())  # retries come when promised, on the service's clock
             if retry is not None:
                 self._next_round = min(self._next_round, retry)
@@ -220,11 +221,12 @@ class Service:
         if stray:
             LOG.info("recovered: %d recorded worker(s), %d still alive and stopped", len(stray), alive)
 
-    def schedule(self, now: float) -> None:
+    def schedule(self, now: float) -> float | None:
         """One round of the policy (on the reports `step` just read); `RuntimeBackend.apply` carries out its
-        decisions. With an elastic pool, the cluster is sized first, and a round without any node waits."""
+        decisions. With an elastic pool, the cluster is sized first, and a round without any node waits. When the
+        next round is due at the latest (a lease the policy wanted to break ends then), if it is."""
         if self.pool is not None and not self.pool.step(now, self.policy):
-            return
+            return None
         result = self.scheduler.step(now)
         self.rounds += 1
         views = self.backend.last_views
@@ -235,6 +237,7 @@ class Service:
         self._record_round(now, result.decisions, held)
         for view in views:
             self.lifecycle.job(view.name).reason = result.reasons.get(view.name, "")
+        return result.next_round_at
 
     def _record_round(self, now: float, decisions: Sequence[Decision], held: dict[str, Allocation]) -> None:
         """Keep the round for the dashboard's scheduler view: its decisions, and the cluster as it left it."""

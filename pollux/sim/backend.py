@@ -71,6 +71,7 @@ class SimJob:
     attained_gpu_s: float = 0.0
     num_restarts: int | None = None  # None until the first start
     start_time_s: float | None = None
+    allocated_at_s: float | None = None  # when its current allocation began (its last restart)
     completion_time_s: float | None = None
     running_s: float = 0.0
     gpu_s_by_type: dict[str, float] = field(default_factory=dict)  # GPU-seconds held on each type
@@ -232,8 +233,10 @@ class SimJob:
         if sum(allocation) == 0:
             self.allocation = ()
             self.local_bsz = self.accum_steps = 0
+            self.allocated_at_s = None
             return
         self.allocation = tuple(allocation)
+        self.allocated_at_s = now
         self.gpu_type = gpu_type or self.gpu_type
         delay = self.typed.restore_delay_s
         self.restart_left_s = restart_delay_s if delay is None else delay
@@ -409,6 +412,7 @@ class SimBackend:
             run_time_by_type_s=dict(job.run_s_by_type) if typed else {},
             single_gpu_throughput_by_type=self._speeds[job.spec.application] if per_type else {},
             restart_delay_s=job.typed.restore_delay_s,
+            allocated_at_s=job.allocated_at_s,
         )
 
     def resize(self, cluster: Cluster, kept: Sequence[int], now: float) -> None:

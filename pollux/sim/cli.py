@@ -22,6 +22,7 @@ from pollux.console import plain_console
 from pollux.data.locate import DATASET, SIA_DATASET, Artifact
 from pollux.defaults import RESTART_DELAY_S, ROUND_INTERVAL_S
 from pollux.errors import DataNotFoundError, PolluxError
+from pollux.lease import Lease
 from pollux.option_bounds import bounds
 from pollux.sim.jobmodel import JobModel
 from pollux.sim.run import SimConfig, SimResult
@@ -291,6 +292,14 @@ def simulate_command(
         float,
         typer.Option(help="Slowdown of distributed jobs sharing a node, 0-1.", callback=bounds(0, 1, high_open=True)),
     ] = 0.0,
+    lease: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds a job started or moved trains, after its restore, before any policy may move it "
+            "(default: none, the paper's Pollux).",
+            callback=bounds(0),
+        ),
+    ] = None,
     seed: Annotated[
         int, typer.Option(help="Seed for anything random (generated workloads, searches).", callback=bounds(0))
     ] = 0,
@@ -316,7 +325,8 @@ def simulate_command(
     console = plain_console()
     chosen = chosen_cluster(cluster, nodes, gpus_per_node)
     autoscale = chosen_autoscale(chosen, min_nodes, max_nodes, boot_time)
-    config = SimConfig(chosen, interval, restart_delay, interference, autoscale, float(boot_time))
+    held = None if lease is None else Lease(lease, float(restart_delay))
+    config = SimConfig(chosen, interval, restart_delay, interference, autoscale, float(boot_time), held)
     names = policy or default_policies(config.cluster)
     unknown = [n for n in names if n not in POLICIES]
     if unknown:

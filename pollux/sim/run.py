@@ -16,6 +16,7 @@ from pollux.data.philly import philly_service_samples
 from pollux.defaults import RESTART_DELAY_S, ROUND_INTERVAL_S
 from pollux.engine import Scheduler
 from pollux.errors import SimulationError, SpecError
+from pollux.lease import Lease
 from pollux.policies.base import JobView, Policy
 from pollux.policies.placement import packed_placement
 from pollux.policies.registry import Input, PolicySettings, make_policy
@@ -43,6 +44,7 @@ class SimConfig:
     interference: float = 0.0
     autoscale: AutoscaleSettings | None = None
     boot_time_s: float = 0.0
+    lease: Lease | None = None  # None: the paper's Pollux, any job may move every round
 
 
 @dataclass(frozen=True)
@@ -184,7 +186,7 @@ def simulate(
         fit_throughput_model=policy.uses_throughput_model,
         type_aware=policy.gpu_type_aware,
     )
-    scheduler = Scheduler(policy, backend)
+    scheduler = Scheduler(policy, backend, config.lease)
     interval_s = policy.round_s or config.interval_s  # a policy with rounds of its own (Gavel) keeps them
     timeline: list[TimelinePoint] = []
     tracks: dict[str, list[tuple[float, int, int]]] = {}

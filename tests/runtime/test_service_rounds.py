@@ -74,7 +74,7 @@ def make(tmp_path: Path) -> Iterator[Callable[..., tuple[Service, Clock]]]:
     """A service on an injected clock, stepped by the test; every one made is shut down at the end."""
     made: list[Service] = []
 
-    def make_service(policy: str = "pollux", slots: int = 4, **options: float) -> tuple[Service, Clock]:
+    def make_service(policy: str = "pollux", slots: int = 4, **options: float | None) -> tuple[Service, Clock]:
         settings = {"interval_s": 3600.0, "backoff_s": 5.0, "stop_grace_s": 10.0, **options}
         config = ServiceConfig(state_dir=tmp_path / f"state-{len(made)}", policy=policy, **settings)  # type: ignore[arg-type]
         clock = Clock()
@@ -204,8 +204,9 @@ def test_a_start_on_free_slots_does_not_wait_for_another_jobs_checkpoint(make, j
 def test_the_policy_gets_real_ages_and_reallocations_and_shrinks_the_job_a_restart_costs_least(make, jobs_dir):
     """Pollux's rule: a change of allocation scales a job's speedup by (T - R*delta) / (T + delta), T its age and R
     the re-allocations the scheduler made (resizes, preemptions), delta = 30 s; the fittest allocation wins. A
-    crash retry is no re-allocation (the simulator, like the artifact, counts only the policy's changes)."""
-    service, clock = make()
+    crash retry is no re-allocation (the simulator, like the artifact, counts only the policy's changes). Without
+    leases, as in the paper: the next test holds the shrink back until crashy's lease ends."""
+    service, clock = make(lease_s=None)
     backend = service.scheduler.backend
     submit(service, jobs_dir, "veteran", "plain")
     backend.apply([decided(service, "veteran", "start", (1,))], clock())
@@ -230,6 +231,29 @@ def test_the_policy_gets_real_ages_and_reallocations_and_shrinks_the_job_a_resta
 
 
 # -- crashes: when the retry comes, and what is said ---------------------------------------------------------------
+def test_a_job_keeps_its_gpus_until_its_lease_ends_then_the_policy_may_shrink_it(make, jobs_dir):
+    """The same round as above, with the runtime's lease: crashy was launched at t=56 and is leased for its restore
+    (delta = 30 s) and 60 s more, so a round at t=100 keeps it on 2 GPUs and fresh waits, saying why; the round due
+    at t=146, when the lease ends, shrinks it."""
+    service, clock = make(lease_s=60.0)
+    backend = service.scheduler.backend
+    submit(service, jobs_dir, "veteran", "plain")
+    backend.apply([decided(service, "veteran", "start", (1,))], clock())
+    clock.now += 10.0
+    backend.apply([decided(service, "veteran", "resize", (2,))], clock())
+    clock.now += 46.0
+    submit(service, jobs_dir, "crashy", "plain")
+    backend.apply([decided(service, "crashy", "start", (2,))], clock())
+    clock.now += 44.0
+    submit(service, jobs_dir, "fresh", "plain")
+    service.step()
+    assert (gpus(service, "veteran"), gpus(service, "crashy"), gpus(service, "fresh")) == (2, 2, 0)
+    assert service.reason("fresh") == "waits: the GPUs it was given are leased to another job"
+    clock.now += 47.0
+    service.step()  # no one asked for it: the round is due when crashy's lease ends
+    assert (gpus(service, "veteran"), gpus(service, "crashy"), gpus(service, "fresh")) == (2, 1, 1)
+
+
 def test_a_crashed_job_is_relaunched_when_its_back_off_ends_as_said(make, jobs_dir):
     """At the second retry the job is 91 s old with one relaunch behind it: under the artifact's rule, with the
     retry counted as a restart and delta = 100 s, its start would be worth nothing and it would wait on."""
