@@ -106,7 +106,8 @@ class _IdleLauncher:
 
 def serve(state_dir: Path, ready: Any) -> None:
     """The child: the real Service and ApiServer on the filled state, until terminated."""
-    from pollux.runtime.api import ApiServer, write_endpoint, write_token
+    from pollux.runtime.api import ApiServer
+    from pollux.runtime.client import write_endpoint, write_token
     from pollux.runtime.launcher import Launcher
     from pollux.runtime.service import Service, ServiceConfig
 

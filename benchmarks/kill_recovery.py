@@ -39,7 +39,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pollux.agent.context import AUTO_CHECKPOINT_COST_FACTOR, AUTO_CHECKPOINT_MIN_S
-from pollux.runtime.api import Client
+from pollux.runtime.client import Client
 from pollux.runtime.store import StateStore
 
 REPO = Path(__file__).resolve().parents[1]

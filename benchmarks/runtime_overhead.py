@@ -25,7 +25,8 @@ from rich.console import Console
 from rich.table import Table
 
 from pollux.engine import Decision
-from pollux.runtime.api import ApiServer, Client, write_endpoint, write_token
+from pollux.runtime.api import ApiServer
+from pollux.runtime.client import Client, write_endpoint, write_token
 from pollux.runtime.local import LocalLauncher
 from pollux.runtime.service import Service, ServiceConfig
 

@@ -1,154 +1,463 @@
-"""The service's HTTP API (JSON over HTTP/1.1, standard library only) and the client the CLI uses.
+"""The service's HTTP API: JSON over HTTP/1.1, a Starlette app that uvicorn serves from a thread of `pollux up`.
 
-Every request carries `Authorization: Bearer <token>`; the token is a random secret that each `pollux up` writes to
-`<state_dir>/token` with mode 0600 (the folder is 0700), so only the user who started the service (and root) can
-drive it. The server binds 127.0.0.1 unless told otherwise (with --allow-remote the token travels in clear HTTP:
-put a TLS proxy in front). Routes:
-
-    GET  /v1/health                     service, backend, policy, cluster
-    GET  /v1/jobs                       every job, one row each (what `pollux ls` prints)
-    POST /v1/jobs                       {"spec": TOML text, "source": file name, "base": folder} -> the new job
-    GET  /v1/jobs/NAME                  the job's row, status history, last report
-    GET  /v1/jobs/NAME/logs?cursor=C   log lines since cursor C (every rank's, prefixed), and the next cursor
-    POST /v1/jobs/NAME/cancel           stop it for good (it checkpoints first)
-    POST /v1/shutdown                   stop the service; jobs checkpoint and resume at the next `pollux up`
-    GET  /v1/dashboard                  the dashboard's poll: cluster, job rows, recent rounds (pollux.dashboard)
-    GET  /v1/dashboard/jobs/NAME        a job's page: its row, goodput/batch/GPUs over time, history, log tail
-    POST /v1/dashboard/link             a one-time login link for a browser (`pollux dashboard`)
-    GET  /ui/                           the dashboard page (HTML); GET|POST /ui/login: its login form
+`ROUTE_TABLE` is the whole map; the OpenAPI description at `/v1/openapi.json` is generated from it (the routes'
+paths, methods and docstrings). Every request carries `Authorization: Bearer <token>`; the token is a random secret
+that each `pollux up` writes to `<state_dir>/token` with mode 0600 (the folder is 0700), so only the user who started
+the service (and root) can drive it. The server binds 127.0.0.1 unless told otherwise (with --allow-remote the token
+travels in clear HTTP: put a TLS proxy in front).
 
 A browser proves itself once, with the token typed into the login form or with a one-time link, and then holds a
 session cookie (HttpOnly, SameSite=Strict) that is good for GET requests only: everything that changes state still
-needs the token itself. Every route but the login form answers 401 without one or the other (`ROUTES`).
+needs the token itself. Every route but the login form answers 401 without one or the other: one check, `_Guard`, in
+front of every route, which also refuses a body over `MAX_BODY` bytes before reading it.
 
-Errors come back as {"error": one line} with 400 (bad input), 401 (token), 404 (unknown job or route) or 500 (a bug,
-logged; the service keeps running).
+Errors come back as {"error": one line} with 400 (bad input), 401 (token), 404 (unknown job or route), 413 (body too
+large) or 500 (a bug, logged; the service keeps running). The CLI's side is `pollux.runtime.client`.
 """
 
 from __future__ import annotations
 
 import hmac
-import http.client
 import json
 import logging
-import os
 import secrets
 import socket
 import threading
-import urllib.error
-import urllib.request
+import time
 from collections.abc import Callable
 from http import HTTPStatus
 from http.cookies import CookieError, SimpleCookie
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlencode, urlsplit
+from urllib.parse import parse_qs
 
-from pollux.cluster import placement
-from pollux.dashboard import pages, views
+import h11
+import uvicorn
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import BaseRoute, Route
+from starlette.schemas import BaseSchemaGenerator
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import STATUS_PHRASES, H11Protocol
+
+from pollux.dashboard import pages
 from pollux.dashboard.sessions import Sessions
-from pollux.errors import PolluxError, SchedulerDownError, ServiceError, UnknownJobError
-from pollux.runtime import joblog
-from pollux.runtime.processes import process_start_ticks
-from pollux.runtime.reports import report_metrics
+from pollux.errors import PolluxError, ServiceError, UnknownJobError
+from pollux.runtime import joblog, views
+from pollux.runtime.client import TOKEN_FILE, Client, write_endpoint, write_token
 from pollux.runtime.service import Service
 from pollux.runtime.spec import loads_spec
-from pollux.runtime.store import JobState
+from pollux.runtime.views import job_row
+
+__all__ = ["ROUTES", "ROUTE_TABLE", "ApiServer", "Client", "job_row", "write_endpoint", "write_token"]
 
 LOG = logging.getLogger("pollux.runtime.api")
-_HOST = socket.gethostname()
-TOKEN_FILE = "token"
-ENDPOINT_FILE = "endpoint.json"
 MAX_BODY = 1 << 20
 DASHBOARD_PATH = "/ui/"
 LOGIN_PATH = "/ui/login"
-# Every route, for the test that walks them all without credentials (NAME: any job).
-ROUTES = (
-    ("GET", "/v1/health"),
-    ("GET", "/v1/jobs"),
-    ("POST", "/v1/jobs"),
-    ("GET", "/v1/jobs/NAME"),
-    ("GET", "/v1/jobs/NAME/logs"),
-    ("POST", "/v1/jobs/NAME/cancel"),
-    ("POST", "/v1/shutdown"),
-    ("GET", "/v1/dashboard"),
-    ("GET", "/v1/dashboard/jobs/NAME"),
-    ("POST", "/v1/dashboard/link"),
-    ("GET", "/"),
-    ("GET", "/ui"),
-    ("GET", DASHBOARD_PATH),
+OPENAPI_PATH = "/v1/openapi.json"
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10  # requests in flight at `close` get this long to finish
+CLOSE = {"Connection": "close"}
+
+
+# -- responses --------------------------------------------------------------------------------------------------
+def _json(payload: Any, status: int = HTTPStatus.OK, headers: dict[str, str] | None = None) -> Response:
+    return Response(json.dumps(payload).encode(), status, headers, media_type="application/json")
+
+
+def _error(status: int, message: str) -> Response:
+    """One line for any refusal."""
+    return _json({"error": message}, status)
+
+
+def _too_large() -> Response:
+    """The refusal of a body over `MAX_BODY`, left unread: the connection closes (it cannot carry another request)."""
+    return _json({"error": f"body must be 0-{MAX_BODY} bytes"}, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, CLOSE)
+
+
+def _html(status: int, render: Callable[[str], str]) -> Response:
+    """An HTML page under a fresh script nonce: only the page's own inline scripts run, it cannot be framed, and it
+    reaches nothing but this server."""
+    nonce = secrets.token_urlsafe(16)
+    headers = {
+        "Cache-Control": "no-store",
+        "Referrer-Policy": "no-referrer",
+        "X-Content-Type-Options": "nosniff",
+        "Content-Security-Policy": (
+            f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; connect-src 'self'; "
+            "img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+        ),
+    }
+    return HTMLResponse(render(nonce), status, headers)
+
+
+def _login_form(api: ApiServer, status: int, message: str) -> Response:
+    return _html(status, lambda nonce: pages.login_page(nonce, str(api.token_path), message))
+
+
+def _api(request: Request) -> ApiServer:
+    api: ApiServer = request.app.state.api
+    return api
+
+
+async def _body(request: Request) -> bytes:
+    """The request's body, at most `MAX_BODY` bytes (the guard refused a longer Content-Length unread; this bounds a
+    chunked one)."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise HTTPException(HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
+    return bytes(body)
+
+
+# -- the API's routes (sync ones run in Starlette's thread pool: the store and the service block) -----------------
+def health(request: Request) -> Response:
+    """The service, its backend and policy, and the cluster it schedules."""
+    return _json(views.health(_api(request).service))
+
+
+def list_jobs(request: Request) -> Response:
+    """Every job, one row each (what `pollux ls` prints)."""
+    service = _api(request).service
+    return _json({"jobs": views.job_rows(service, service.clock())})
+
+
+async def submit_job(request: Request) -> Response:
+    """Submit a job: {"spec": TOML text, "source": file name, "base": folder}; answers the new job's row (201)."""
+    raw = await _body(request)
+    body = json.loads(raw) if raw else None
+    if not isinstance(body, dict) or not isinstance(body.get("spec"), str):
+        raise ServiceError("body must be JSON with 'spec' (TOML text)")
+    return _json(await run_in_threadpool(_submit, _api(request).service, body), HTTPStatus.CREATED)
+
+
+def _submit(service: Service, body: dict[str, Any]) -> dict[str, Any]:
+    now = service.clock()
+    spec = loads_spec(body["spec"], str(body.get("source") or "<spec>"), Path(body.get("base") or Path.cwd()))
+    return job_row(service, service.submit(spec), now)
+
+
+def show_job(request: Request) -> Response:
+    """A job's row, its status history and its last report (`pollux ls NAME`)."""
+    service = _api(request).service
+    return _json(views.job_status(service, request.path_params["name"], service.clock()))
+
+
+def job_logs(request: Request) -> Response:
+    """Log lines since `?cursor=C` (every rank's, prefixed) and the next cursor; `&partial=1` adds unfinished last
+    lines."""
+    service = _api(request).service
+    name = service.store.job(request.path_params["name"]).name
+    partial = request.query_params.get("partial", "0") == "1"
+    cursor = request.query_params.get("cursor", "")
+    text, cursor = joblog.read_merged(service.config.log_dir(name), cursor, partial=partial)
+    return _json({"text": text, "cursor": cursor})
+
+
+def cancel_job(request: Request) -> Response:
+    """Stop a job for good (it checkpoints first); answers its row."""
+    service = _api(request).service
+    now = service.clock()
+    return _json(job_row(service, service.cancel(request.path_params["name"]), now))
+
+
+def shutdown(request: Request) -> Response:
+    """Stop the service (202); jobs checkpoint and resume at the next `pollux up`."""
+    _api(request).service.request_shutdown()
+    return _json({"ok": True}, HTTPStatus.ACCEPTED)
+
+
+def dashboard(request: Request) -> Response:
+    """The dashboard's poll: the cluster, every job's row, recent rounds."""
+    service = _api(request).service
+    return _json(views.overview(service, service.clock()))
+
+
+def dashboard_job(request: Request) -> Response:
+    """A job's dashboard page: its row, goodput, batch and GPUs over time, history, log tail."""
+    service = _api(request).service
+    return _json(views.job_page(service, request.path_params["name"], service.clock()))
+
+
+def dashboard_link(request: Request) -> Response:
+    """A one-time login link for a browser (`pollux dashboard`); it expires in two minutes."""
+    api = _api(request)
+    return _json({"url": f"{api.url}{LOGIN_PATH}?code={api.sessions.new_code()}"})
+
+
+async def openapi(request: Request) -> Response:
+    """This API's OpenAPI description, generated from its routes."""
+    return _json(_OpenAPI().get_schema(list(request.app.routes)))
+
+
+# -- the browser's routes --------------------------------------------------------------------------------------
+async def dashboard_page(request: Request) -> Response:
+    """The dashboard page (HTML), for a browser with a session."""
+    return _html(HTTPStatus.OK, pages.dashboard_page)
+
+
+async def login(request: Request) -> Response:
+    """The one route open without credentials: a one-time link's code (GET) or the token from the form (POST)
+    becomes a session cookie and a redirect to the dashboard; anything else gets the form, and no data."""
+    api = _api(request)
+    session = None
+    message = ""
+    if request.method == "GET" and (code := request.query_params.get("code", "")):
+        session = api.sessions.redeem(code)
+        message = "" if session else "this link was used already or has expired: run `pollux dashboard` again"
+    elif request.method == "POST":
+        raw = await _body(request)
+        token = parse_qs(raw.decode("utf-8", errors="replace")).get("token", [""])[0].strip()
+        if api.authorized("POST", f"Bearer {token}", ""):
+            session = api.sessions.open()
+        else:
+            message = "wrong token"
+    if session is None:
+        return _login_form(api, HTTPStatus.UNAUTHORIZED if message else HTTPStatus.OK, message)
+    headers = {
+        "Location": DASHBOARD_PATH,
+        "Set-Cookie": f"{api.cookie_name}={session}; Path=/; HttpOnly; SameSite=Strict",
+        "Cache-Control": "no-store",
+        "Referrer-Policy": "no-referrer",
+    }
+    return Response(status_code=HTTPStatus.SEE_OTHER, headers=headers)
+
+
+ROUTE_TABLE: list[BaseRoute] = [
+    Route("/v1/health", health, methods=["GET"]),
+    Route("/v1/jobs", list_jobs, methods=["GET"]),
+    Route("/v1/jobs", submit_job, methods=["POST"]),
+    Route("/v1/jobs/{name}", show_job, methods=["GET"]),
+    Route("/v1/jobs/{name}/logs", job_logs, methods=["GET"]),
+    Route("/v1/jobs/{name}/cancel", cancel_job, methods=["POST"]),
+    Route("/v1/shutdown", shutdown, methods=["POST"]),
+    Route("/v1/dashboard", dashboard, methods=["GET"]),
+    Route("/v1/dashboard/jobs/{name}", dashboard_job, methods=["GET"]),
+    Route("/v1/dashboard/link", dashboard_link, methods=["POST"]),
+    Route(OPENAPI_PATH, openapi, methods=["GET"]),
+    Route("/", dashboard_page, methods=["GET"]),
+    Route("/ui", dashboard_page, methods=["GET"]),
+    Route(DASHBOARD_PATH, dashboard_page, methods=["GET"]),
+    Route(LOGIN_PATH, login, methods=["GET", "POST"]),
+]
+# (method, path) of every route that needs credentials (NAME: any job), for the tests that walk them all
+ROUTES = tuple(
+    (method, route.path.replace("{name}", "NAME"))
+    for route in ROUTE_TABLE
+    if isinstance(route, Route) and route.path != LOGIN_PATH
+    for method in sorted((route.methods or set()) - {"HEAD"})
 )
 
 
-def private_dir(path: Path) -> Path:
-    """Create (or tighten) a folder only its owner may enter: it holds the token, the database and job logs."""
-    path.mkdir(parents=True, exist_ok=True)
-    if path.stat().st_mode & 0o077:
-        path.chmod(0o700)
-    return path
+class _OpenAPI(BaseSchemaGenerator):
+    """OpenAPI 3.1 from the routes: each operation's summary and description are its endpoint's docstring."""
+
+    def get_schema(self, routes: list[BaseRoute]) -> dict[str, Any]:
+        paths: dict[str, dict[str, Any]] = {}
+        for endpoint in self.get_endpoints(routes):
+            summary, _, description = (endpoint.func.__doc__ or "").partition("\n")
+            names = [part[1:-1] for part in endpoint.path.split("/") if part.startswith("{")]
+            operation: dict[str, Any] = {
+                "operationId": endpoint.func.__name__,
+                "summary": summary.strip(),
+                "parameters": [
+                    {"name": n, "in": "path", "required": True, "schema": {"type": "string"}} for n in names
+                ],
+                "responses": {
+                    "2XX": {"description": "JSON" if endpoint.path.startswith("/v1/") else "HTML"},
+                    "4XX": {
+                        "description": 'JSON {"error": one line}: 400 bad input, 401 no or wrong token, 404 '
+                        "unknown job or route, 413 body too large"
+                    },
+                },
+            }
+            if description.strip():
+                operation["description"] = " ".join(description.split())
+            if endpoint.path == LOGIN_PATH:
+                operation["security"] = []
+            paths.setdefault(endpoint.path, {})[endpoint.http_method] = operation
+        return {
+            "openapi": "3.1.0",
+            "info": {"title": "Pollux scheduler", "version": "1"},
+            "components": {
+                "securitySchemes": {
+                    "token": {"type": "http", "scheme": "bearer", "description": f"<state_dir>/{TOKEN_FILE}"},
+                    "session": {"type": "apiKey", "in": "cookie", "name": "pollux_session_<port>"},
+                }
+            },
+            "security": [{"token": []}, {"session": []}],
+            "paths": paths,
+        }
 
 
-def write_token(state_dir: Path) -> str:
-    """A fresh secret for this service process, written atomically with mode 0600 (a token captured from an
-    earlier run is worthless once the service restarts)."""
-    private_dir(state_dir)
-    token = secrets.token_urlsafe(32)
-    tmp = state_dir / f".{TOKEN_FILE}.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(token + "\n")
-    tmp.replace(state_dir / TOKEN_FILE)
-    return token
+# -- errors: one line each --------------------------------------------------------------------------------------
+async def _no_route(request: Request, error: Exception) -> Response:
+    """404 for a path or method no route has (Starlette's 404 and 405 alike): JSON under /v1/, else the login page
+    pointing to the dashboard."""
+    method, path = request.method, request.url.path
+    if path.startswith("/v1/"):
+        return _error(HTTPStatus.NOT_FOUND, f"no route {method} {path}")
+    return _login_form(_api(request), HTTPStatus.NOT_FOUND, f"no page {method} {path}: the dashboard is at /ui/")
 
 
-def job_row(service: Service, state: JobState, now: float) -> dict[str, Any]:
-    """One job as `pollux ls` shows it."""
-    report = service.report(state.name)
-    goodput, efficiency = report_metrics(report)
-    return {
-        "name": state.name,
-        "status": state.status,
-        "gpus": sum(state.allocation),
-        "gpu_type": state.gpu_type if sum(state.allocation) else None,
-        "placement": list(placement(tuple(state.allocation))),
-        "allocation": list(state.allocation),
-        "batch_size": report.batch.total_batch_size if report else None,
-        "local_bsz": report.batch.local_bsz if report else None,
-        "accum_steps": report.batch.accum_steps if report else None,
-        "epoch": report.progress.epoch if report else None,
-        "goodput": goodput,
-        "efficiency": efficiency,
-        "restarts": state.restarts,
-        "attempts": state.attempts,
-        "submitted_at": state.submitted_at,
-        "age_s": max(now - state.submitted_at, 0.0),
-        "reason": service.reason(state.name) if state.status == "pending" else "",
-        "last_error": state.last_error,
-    }
+async def _body_too_large(request: Request, error: Exception) -> Response:
+    return _too_large()
+
+
+async def _unknown_job(request: Request, error: Exception) -> Response:
+    return _error(HTTPStatus.NOT_FOUND, str(error))
+
+
+async def _bad_input(request: Request, error: Exception) -> Response:
+    return _error(HTTPStatus.BAD_REQUEST, str(error))
+
+
+ERROR_HANDLERS = {
+    HTTPStatus.NOT_FOUND.value: _no_route,
+    HTTPStatus.METHOD_NOT_ALLOWED.value: _no_route,
+    HTTPStatus.REQUEST_ENTITY_TOO_LARGE.value: _body_too_large,
+    UnknownJobError: _unknown_job,
+    PolluxError: _bad_input,
+    ValueError: _bad_input,
+}
+
+
+class _Guard:
+    """In front of every route: the credentials (a 401 without them, as JSON under /v1/, else the login form), a
+    body's declared size (413 before reading it), and the last word on a bug (logged, answered with a 500)."""
+
+    def __init__(self, app: ASGIApp, api: ApiServer) -> None:
+        self.app = app
+        self.api = api
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        if path.startswith("/v1/") or path.rstrip("/") == LOGIN_PATH:  # a trailing slash is the same route
+            path = scope["path"] = path.rstrip("/")
+        headers = Headers(scope=scope)
+        if path != LOGIN_PATH and not self.api.authorized(
+            scope["method"], headers.get("authorization", ""), headers.get("cookie", "")
+        ):
+            if path.startswith("/v1/"):
+                refusal = _error(
+                    HTTPStatus.UNAUTHORIZED, f"missing or wrong token: send the one in {self.api.token_path}"
+                )
+            else:  # a browser: the login form, and nothing else
+                refusal = _login_form(self.api, HTTPStatus.UNAUTHORIZED, "")
+            refusal.headers.update(CLOSE)  # nothing more on this connection, and its body stays unread
+            await refusal(scope, receive, send)
+        elif int(headers.get("content-length", "0")) > MAX_BODY:  # h11 let only digits through (`_Protocol`)
+            await _too_large()(scope, receive, send)
+        else:
+            await self._serve(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as error:  # a bug: log it, answer, keep serving
+            LOG.exception("API request %s %s failed", scope["method"], scope["path"])
+            if started:
+                raise
+            await _error(HTTPStatus.INTERNAL_SERVER_ERROR, f"internal error: {type(error).__name__}")(
+                scope, receive, send
+            )
+
+
+# -- the server -------------------------------------------------------------------------------------------------
+class _Connection(h11.Connection):
+    """h11's connection, keeping why it refused a request (uvicorn answers every refusal alike)."""
+
+    refusal = ""
+
+    def next_event(self) -> Any:
+        try:
+            return super().next_event()
+        except h11.RemoteProtocolError as error:
+            self.refusal = str(error)
+            raise
+
+
+class _Protocol(H11Protocol):
+    """uvicorn's HTTP/1.1 (h11), with the API's answer to a request it cannot parse: one JSON line, and for a
+    Content-Length that is no byte count the 413 of any body the API will not read."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        size = self.config.h11_max_incomplete_event_size
+        self.conn = _Connection(h11.SERVER) if size is None else _Connection(h11.SERVER, size)
+
+    def send_400_response(self, msg: str) -> None:
+        refusal = self.conn.refusal if isinstance(self.conn, _Connection) else ""
+        status = HTTPStatus.REQUEST_ENTITY_TOO_LARGE if "Content-Length" in refusal else HTTPStatus.BAD_REQUEST
+        message = f"body must be 0-{MAX_BODY} bytes" if status == 413 else f"malformed HTTP request ({refusal or msg})"
+        data = json.dumps({"error": message}).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(data)).encode()),
+            (b"connection", b"close"),
+        ]
+        for event in (h11.Response(status_code=status, headers=headers, reason=STATUS_PHRASES[status]), h11.Data(data)):
+            self.transport.write(self.conn.send(event) or b"")
+        self.transport.write(self.conn.send(h11.EndOfMessage()) or b"")
+        self.transport.close()
 
 
 class ApiServer:
-    """Serves one `Service` on a background thread."""
+    """Serves one `Service` on a background thread: uvicorn runs the app on a socket bound here (a port in use
+    fails now, before the service starts anything)."""
 
     def __init__(self, service: Service, token: str, host: str = "127.0.0.1", port: int = 0) -> None:
         self.service = service
         self.token = token
         self.sessions = Sessions()
-        handler = type("Handler", (_Handler,), {"api": self})
-        self.httpd = ThreadingHTTPServer((host, port), handler)
-        self.httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="pollux-api", daemon=True)
+        self.socket = socket.create_server((host, port))
+        self.app = Starlette(
+            routes=ROUTE_TABLE, middleware=[Middleware(_Guard, api=self)], exception_handlers=ERROR_HANDLERS
+        )
+        self.app.state.api = self
+        config = uvicorn.Config(
+            self.app,
+            http=_Protocol,
+            lifespan="off",
+            log_config=None,  # the service's own logging; uvicorn says only what goes wrong
+            log_level=logging.WARNING,
+            access_log=False,
+            server_header=False,
+            timeout_graceful_shutdown=STOP_TIMEOUT_S,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, args=([self.socket],), name="pollux-api", daemon=True)
 
     @property
     def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
+        host, port = self.socket.getsockname()[:2]
         return f"http://{host!s}:{port}"
 
     @property
     def cookie_name(self) -> str:
         """Per port: browsers share cookies between the ports of one host, and two services may run side by side."""
-        return f"pollux_session_{self.httpd.server_address[1]}"
+        return f"pollux_session_{self.socket.getsockname()[1]}"
+
+    @property
+    def token_path(self) -> Path:
+        return self.service.config.state_dir / TOKEN_FILE
 
     def authorized(self, method: str, authorization: str, cookie_header: str) -> bool:
         """The one access check: the token as `Authorization: Bearer`, or (for a GET only) a dashboard session."""
@@ -165,311 +474,17 @@ class ApiServer:
         return morsel.value if morsel is not None else ""
 
     def start(self) -> None:
+        """Serve from a thread, once uvicorn accepts connections."""
         self._thread.start()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise ServiceError(f"the API server on {self.url} did not start: see the scheduler's log")
+            time.sleep(0.01)
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-    # -- routes -----------------------------------------------------------------------------------------------
-    def handle(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> tuple[int, Any]:
-        service = self.service
-        now = service.clock()
-        parts = [unquote(p) for p in path.strip("/").split("/")]
-        if parts[:1] != ["v1"]:
-            return HTTPStatus.NOT_FOUND, {"error": f"no route {path}; routes start with /v1/"}
-        route = parts[1:]
-        if method == "GET" and route == ["health"]:
-            cluster = service.capacity()
-            return HTTPStatus.OK, {
-                "ok": True,
-                "pid": os.getpid(),
-                "policy": service.config.policy,
-                "backend": type(service.launcher).__name__,
-                "nodes": cluster.num_nodes,
-                "gpus_per_node": cluster.gpus_per_node if cluster.uniform else None,  # None: see node_gpus
-                "node_gpus": list(cluster.node_gpus),
-                "node_types": list(cluster.node_types),
-                "rounds": service.rounds,
-            }
-        if method == "GET" and route == ["jobs"]:
-            return HTTPStatus.OK, {"jobs": [job_row(service, s, now) for s in service.store.jobs()]}
-        if method == "POST" and route == ["jobs"]:
-            if not isinstance(body, dict) or not isinstance(body.get("spec"), str):
-                return HTTPStatus.BAD_REQUEST, {"error": "body must be JSON with 'spec' (TOML text)"}
-            base = Path(body.get("base") or Path.cwd())
-            spec = loads_spec(body["spec"], str(body.get("source") or "<spec>"), base)
-            state = service.submit(spec)
-            return HTTPStatus.CREATED, job_row(service, state, now)
-        if len(route) >= 2 and route[0] == "jobs":
-            state = service.store.job(route[1])
-            if method == "GET" and len(route) == 2:
-                report = service.store.report(state.name)
-                return HTTPStatus.OK, {
-                    **job_row(service, state, now),
-                    "history": [{"at": at, "status": s, "reason": r} for at, s, r in service.store.history(state.name)],
-                    "report": report,
-                }
-            if method == "GET" and route[2:] == ["logs"]:
-                cursor = query.get("cursor", [""])[0]
-                partial = query.get("partial", ["0"])[0] == "1"
-                try:
-                    text, cursor = joblog.read_merged(service.config.log_dir(state.name), cursor, partial=partial)
-                except ValueError as error:
-                    return HTTPStatus.BAD_REQUEST, {"error": str(error)}
-                return HTTPStatus.OK, {"text": text, "cursor": cursor}
-            if method == "POST" and route[2:] == ["cancel"]:
-                service.cancel(state.name)
-                return HTTPStatus.OK, job_row(service, service.store.job(state.name), now)
-        if method == "POST" and route == ["shutdown"]:
-            service.request_shutdown()
-            return HTTPStatus.ACCEPTED, {"ok": True}
-        if route[:1] == ["dashboard"]:
-            return self._dashboard(method, route[1:], now)
-        return HTTPStatus.NOT_FOUND, {"error": f"no route {method} {path}"}
-
-    def _dashboard(self, method: str, route: list[str], now: float) -> tuple[int, Any]:
-        """The dashboard's JSON (`pollux.dashboard.views`) and its login links."""
-        service = self.service
-        if method == "GET" and not route:
-            rows = [job_row(service, s, now) for s in service.store.jobs()]
-            return HTTPStatus.OK, views.overview(service, rows, now)
-        if method == "GET" and len(route) == 2 and route[0] == "jobs":
-            return HTTPStatus.OK, views.job_detail(service, job_row(service, service.store.job(route[1]), now))
-        if method == "POST" and route == ["link"]:
-            return HTTPStatus.OK, {"url": f"{self.url}{LOGIN_PATH}?code={self.sessions.new_code()}"}
-        return HTTPStatus.NOT_FOUND, {"error": f"no route {method} /v1/dashboard/{'/'.join(route)}"}
-
-    def page(self, method: str, path: str) -> tuple[int, Callable[[str], str]]:
-        """An HTML page for an authorized browser, as a function of the response's script nonce."""
-        if method == "GET" and path in ("/", "/ui", DASHBOARD_PATH):
-            return HTTPStatus.OK, pages.dashboard_page
-        message = f"no page {method} {path}: the dashboard is at {DASHBOARD_PATH}"
-        return HTTPStatus.NOT_FOUND, lambda nonce: pages.login_page(nonce, str(self.token_path), message)
-
-    @property
-    def token_path(self) -> Path:
-        return self.service.config.state_dir / TOKEN_FILE
-
-
-class _Handler(BaseHTTPRequestHandler):
-    api: ApiServer
-    protocol_version = "HTTP/1.1"
-    timeout = 30  # an idle or trickling client cannot hold a thread forever
-
-    def do_GET(self) -> None:
-        self._dispatch("GET")
-
-    def do_POST(self) -> None:
-        self._dispatch("POST")
-
-    def _dispatch(self, method: str) -> None:
-        """Check the token before reading anything else, bound the body, answer every error with one line."""
-        url = urlsplit(self.path)
-        if url.path.rstrip("/") == LOGIN_PATH:
-            self._login(method, url.query)
-            return
-        if not self.api.authorized(method, self.headers.get("Authorization", ""), self.headers.get("Cookie", "")):
-            self.close_connection = True
-            if not url.path.startswith("/v1/"):  # a browser: the login form, and nothing else
-                self._send_html(HTTPStatus.UNAUTHORIZED, lambda nonce: self._login_page(nonce, ""))
-                return
-            self._send(
-                HTTPStatus.UNAUTHORIZED, {"error": f"missing or wrong token: send the one in {self.api.token_path}"}
-            )
-            return
-        if not url.path.startswith("/v1/"):
-            self._send_html(*self.api.page(method, url.path))
-            return
-        raw = self._body()
-        if raw is None:
-            return
-        try:
-            body = json.loads(raw) if raw else None
-            status, payload = self.api.handle(method, url.path, parse_qs(url.query), body)
-        except UnknownJobError as error:
-            status, payload = HTTPStatus.NOT_FOUND, {"error": str(error)}
-        except (PolluxError, ValueError) as error:
-            status, payload = HTTPStatus.BAD_REQUEST, {"error": str(error)}
-        except Exception as error:  # a bug: log it, answer, keep serving
-            LOG.exception("API request %s %s failed", method, url.path)
-            status, payload = HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {type(error).__name__}"}
-        self._send(status, payload)
-
-    def _body(self) -> bytes | None:
-        """The request's body, at most `MAX_BODY` bytes (None: refused, answered)."""
-        length_header = self.headers.get("Content-Length") or "0"
-        if not length_header.isdigit() or int(length_header) > MAX_BODY:
-            self.close_connection = True
-            self._send(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": f"body must be 0-{MAX_BODY} bytes"})
-            return None
-        return self.rfile.read(int(length_header))
-
-    def _login_page(self, nonce: str, message: str) -> str:
-        return pages.login_page(nonce, str(self.api.token_path), message)
-
-    def _login(self, method: str, query: str) -> None:
-        """The one route open without credentials: a one-time link's code (GET) or the token from the form (POST)
-        becomes a session cookie and a redirect to the dashboard; anything else gets the form, and no data."""
-        sessions = self.api.sessions
-        session = None
-        message = ""
-        if method == "GET" and (code := parse_qs(query).get("code", [""])[0]):
-            session = sessions.redeem(code)
-            message = "" if session else "this link was used already or has expired: run `pollux dashboard` again"
-        elif method == "POST":
-            raw = self._body()
-            if raw is None:
-                return
-            token = parse_qs(raw.decode("utf-8", errors="replace")).get("token", [""])[0].strip()
-            if self.api.authorized("POST", f"Bearer {token}", ""):
-                session = sessions.open()
-            else:
-                message = "wrong token"
-        if session is None:
-            status = HTTPStatus.UNAUTHORIZED if message else HTTPStatus.OK
-            self._send_html(status, lambda nonce: self._login_page(nonce, message))
-            return
-        cookie = f"{self.api.cookie_name}={session}; Path=/; HttpOnly; SameSite=Strict"
-        self.send_response(HTTPStatus.SEE_OTHER)
-        self.send_header("Location", DASHBOARD_PATH)
-        self.send_header("Set-Cookie", cookie)
-        self.send_header("Cache-Control", "no-store")
-        self.send_header("Referrer-Policy", "no-referrer")
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def _send_html(self, status: int, render: Callable[[str], str]) -> None:
-        """An HTML page under a fresh script nonce: only the page's own inline scripts run, it cannot be framed,
-        and it reaches nothing but this server."""
-        nonce = secrets.token_urlsafe(16)
-        data = render(nonce).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Cache-Control", "no-store")
-        self.send_header("Referrer-Policy", "no-referrer")
-        self.send_header("X-Content-Type-Options", "nosniff")
-        self.send_header(
-            "Content-Security-Policy",
-            f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; connect-src 'self'; "
-            "img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-        )
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _send(self, status: int, payload: Any) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        LOG.debug("%s " + format, self.address_string(), *args)
-
-
-def write_endpoint(state_dir: Path, url: str) -> None:
-    """Tell clients where the service listens and which process it is (atomic: no reader sees half a file)."""
-    path = state_dir / ENDPOINT_FILE
-    tmp = path.with_suffix(".tmp")
-    endpoint = {"url": url, "pid": os.getpid(), "start_ticks": process_start_ticks(os.getpid()), "host": _HOST}
-    tmp.write_text(json.dumps(endpoint), encoding="utf-8")
-    tmp.replace(path)
-
-
-def _read_private(path: Path) -> str:
-    """A file of the state directory; another user's directory is refused with the fix, not a traceback."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except PermissionError:
-        raise ServiceError(
-            f"cannot read {path}: permission denied; run as the user who started `pollux up` (its state directory "
-            "is private), or pass your own --state-dir"
-        ) from None
-
-
-class Client:
-    """The CLI's side of the API; every failure is a `ServiceError` with a one-line reason (a `SchedulerDownError`
-    when no scheduler answers at all)."""
-
-    def __init__(self, state_dir: Path, timeout_s: float = 30.0) -> None:
-        self.state_dir = state_dir
-        self.timeout_s = timeout_s
-        down = SchedulerDownError(
-            f"no Pollux scheduler runs on {state_dir}: start one with `pollux up` (or pass the same --state-dir)"
-        )
-        try:
-            endpoint = json.loads(_read_private(state_dir / ENDPOINT_FILE))
-            self.url = str(endpoint["url"])
-        except (FileNotFoundError, KeyError, json.JSONDecodeError):
-            raise down from None
-        # a service killed with -9 leaves its endpoint behind: never send the token to whoever took the port since
-        if endpoint.get("host") == _HOST and process_start_ticks(int(endpoint["pid"])) != endpoint.get("start_ticks"):
-            raise down
-        token_path = state_dir / TOKEN_FILE
-        try:
-            self.token = _read_private(token_path).strip()
-        except FileNotFoundError:
-            pid = endpoint.get("pid")
-            raise ServiceError(
-                f"the token file {token_path} is missing: the scheduler running on {state_dir} (pid {pid}) accepts "
-                f"no request without it; stop it (`kill {pid}`: its jobs checkpoint) and start `pollux up` again, "
-                "which writes a new token (or check --state-dir)"
-            ) from None
-
-    def request(self, method: str, path: str, body: Any = None) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.url + path, data=data, method=method)
-        request.add_header("Authorization", f"Bearer {self.token}")
-        if data is not None:
-            request.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                return json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as error:
-            try:
-                message = json.loads(error.read()).get("error", error.reason)
-            except (json.JSONDecodeError, AttributeError):
-                message = error.reason
-            raise ServiceError(str(message)) from None
-        except (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError) as error:
-            raise SchedulerDownError(
-                f"the scheduler at {self.url} does not answer ({error}); is `pollux up` running? "
-                f"(state dir {self.state_dir})"
-            ) from None
-
-    def health(self) -> dict[str, Any]:
-        return self.request("GET", "/v1/health")
-
-    def submit(self, spec_path: Path) -> dict[str, Any]:
-        try:
-            text = spec_path.read_text(encoding="utf-8")
-        except (FileNotFoundError, UnicodeDecodeError) as error:
-            raise ServiceError(f"{spec_path}: cannot read the spec ({error})") from None
-        body = {"spec": text, "source": str(spec_path), "base": str(spec_path.resolve().parent)}
-        return self.request("POST", "/v1/jobs", body)
-
-    def jobs(self) -> list[dict[str, Any]]:
-        return self.request("GET", "/v1/jobs")["jobs"]
-
-    def job(self, name: str) -> dict[str, Any]:
-        return self.request("GET", f"/v1/jobs/{name}")
-
-    def logs(self, name: str, cursor: str = "", *, partial: bool = False) -> tuple[str, str]:
-        """Log lines written since `cursor` (every rank's, prefixed), and the cursor after them; `partial` also
-        returns unfinished last lines (for a job that ended)."""
-        query = urlencode({"cursor": cursor, "partial": int(partial)})
-        reply = self.request("GET", f"/v1/jobs/{name}/logs?{query}")
-        return reply["text"], reply["cursor"]
-
-    def cancel(self, name: str) -> dict[str, Any]:
-        return self.request("POST", f"/v1/jobs/{name}/cancel")
-
-    def shutdown(self) -> None:
-        self.request("POST", "/v1/shutdown")
-
-    def dashboard_link(self) -> str:
-        """A one-time login link to the dashboard (it expires in minutes; the token itself never enters a URL)."""
-        return str(self.request("POST", "/v1/dashboard/link")["url"])
+        """Stop serving: requests in flight get `STOP_TIMEOUT_S` to finish."""
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(STOP_TIMEOUT_S + 5)
+        self.socket.close()

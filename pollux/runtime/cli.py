@@ -55,7 +55,7 @@ def state_dir_of(option: Path | None) -> Path:
 @contextlib.contextmanager
 def exclusive(state_dir: Path) -> Iterator[None]:
     """Hold the state directory for one service process (released by the kernel even on kill -9)."""
-    from pollux.runtime.api import private_dir
+    from pollux.runtime.client import private_dir
 
     private_dir(state_dir)
     handle: TextIO = (state_dir / "service.lock").open("a+")
@@ -166,7 +166,8 @@ def up(
 ) -> None:
     """Run the scheduler service in the foreground until `pollux down` (or Ctrl-C): jobs checkpoint on the way out."""
     from pollux.autoscale import WINDOW_ROUNDS
-    from pollux.runtime.api import ApiServer, write_endpoint, write_token
+    from pollux.runtime.api import ApiServer
+    from pollux.runtime.client import write_endpoint, write_token
     from pollux.runtime.service import Service, ServiceConfig
 
     _check_bind(host, allow_remote)
@@ -293,7 +294,7 @@ def _log_to(path: Path) -> None:
 
 
 def _client(state_dir: Path | None) -> Any:
-    from pollux.runtime.api import Client
+    from pollux.runtime.client import Client
 
     return Client(state_dir_of(state_dir))
 
@@ -327,7 +328,7 @@ def _note(row: dict[str, Any]) -> str:
 def _listing(directory: Path, job: str | None) -> Any:
     """The service's answer to `ls` (one job's detail, or every row); with no service, the same read from the state
     database, and a note on stderr that the scheduler is not running."""
-    from pollux.runtime.api import Client
+    from pollux.runtime.client import Client
 
     try:
         client = Client(directory)

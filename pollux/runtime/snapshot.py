@@ -1,8 +1,9 @@
 """What `pollux ls` shows while no scheduler runs, read straight from the state database: the jobs outlive the
 service (docs/design.md, "The runtime"), so listing them must not need it.
 
-The rows come from the API's own `job_row`, so both views print the same columns the same way; only a live
-service's word is missing, and a pending job's note is then the reason stored with its last status change."""
+The rows come from the API's own `job_row` (`pollux.runtime.views`), so both views print the same columns the same
+way; only a live service's word is missing, and a pending job's note is then the reason stored with its last status
+change."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from pathlib import Path
 from typing import Any, cast
 
 from pollux.agent.report import JobReport
-from pollux.runtime.api import job_row
 from pollux.runtime.service import Service
 from pollux.runtime.store import StateStore
+from pollux.runtime.views import job_row
 
 
 class _StoredService:

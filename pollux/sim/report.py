@@ -1,5 +1,5 @@
 """What a simulation leaves behind: summary.json, per-policy job and timeline CSVs, plots people look at, and
-report.html, all of it in one page (`pollux.dashboard.simreport`)."""
+report.html, all of it in one page (`pollux.sim.report_html`)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def write_outputs(results: Sequence[SimResult], out_dir: Path, title: str = "", 
     """Write summary.json, jobs-<policy>.csv, timeline-<policy>.csv, the plots (with autoscaling also
     nodes-<policy>.csv and nodes-timeline.png) and report.html (titled `title`, on a cluster of `num_gpus`); return
     the paths written."""
-    from pollux.dashboard.simreport import write_report
+    from pollux.sim.report_html import write_report
 
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import stat
 import threading
 import urllib.error
@@ -14,7 +15,7 @@ import pytest
 from runtime_jobs import wait_for, write_spec
 
 from pollux.errors import ServiceError
-from pollux.runtime.api import ApiServer, Client, write_endpoint, write_token
+from pollux.runtime.api import ROUTES, ApiServer, Client, write_endpoint, write_token
 from pollux.runtime.local import LocalLauncher
 from pollux.runtime.service import Service, ServiceConfig
 
@@ -115,3 +116,56 @@ def test_a_client_without_a_service_says_how_to_start_one(tmp_path):
     write_token(tmp_path / "stale")
     with pytest.raises(ServiceError, match="does not answer"):
         Client(tmp_path / "stale", timeout_s=2).jobs()
+
+
+API_ROUTES = {
+    ("GET", "/v1/health"),
+    ("GET", "/v1/jobs"),
+    ("POST", "/v1/jobs"),
+    ("GET", "/v1/jobs/{name}"),
+    ("GET", "/v1/jobs/{name}/logs"),
+    ("POST", "/v1/jobs/{name}/cancel"),
+    ("POST", "/v1/shutdown"),
+    ("GET", "/v1/dashboard"),
+    ("GET", "/v1/dashboard/jobs/{name}"),
+    ("POST", "/v1/dashboard/link"),
+    ("GET", "/v1/openapi.json"),
+    ("GET", "/"),
+    ("GET", "/ui"),
+    ("GET", "/ui/"),
+    ("GET", "/ui/login"),
+    ("POST", "/ui/login"),
+}
+
+
+def test_the_openapi_description_lists_every_route_with_the_token_and_nothing_without(api):
+    for token in (None, "wrong"):
+        status, body = raw_request(api, "/v1/openapi.json", token)
+        assert status == 401 and "paths" not in body
+    status, document = raw_request(api, "/v1/openapi.json", api.token)
+    assert status == 200 and document["openapi"].startswith("3.")
+    listed = {(method.upper(), path) for path, operations in document["paths"].items() for method in operations}
+    assert listed == API_ROUTES
+    assert {(m, p.replace("NAME", "{name}")) for m, p in ROUTES} == API_ROUTES - {
+        ("GET", "/ui/login"),
+        ("POST", "/ui/login"),
+    }
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            assert operation["summary"], (method, path)  # each endpoint's docstring says what it answers
+            names = [p["name"] for p in operation["parameters"] if p["in"] == "path"]
+            assert names == (["name"] if "{name}" in path else []), (method, path)
+    assert document["paths"]["/ui/login"]["post"]["security"] == []  # the one route open without credentials
+
+
+def test_a_trailing_slash_is_the_same_route_and_a_bad_request_line_gets_one_json_line(api):
+    assert raw_request(api, "/v1/jobs/", api.token) == (200, {"jobs": []})
+    status, body = raw_request(api, "/v1/no-such-route", api.token)
+    assert status == 404 and body["error"] == "no route GET /v1/no-such-route"
+    host, port = api.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as connection:
+        connection.sendall(b"NOT AN HTTP REQUEST\r\n\r\n")
+        reply = connection.makefile("rb").read()
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") and "malformed HTTP request" in json.loads(body)["error"]
+    assert api.health()["ok"]

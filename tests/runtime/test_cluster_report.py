@@ -1,6 +1,8 @@
 """What the runtime says about its nodes: their count and size as before on uniform nodes, and each node's size and
 GPU type (never a size that only holds for some nodes) where they differ."""
 
+import json
+import urllib.request
 from types import SimpleNamespace
 
 from pollux.cluster import Cluster, NodeGroup
@@ -19,12 +21,14 @@ def health(cluster: Cluster) -> dict:
         rounds=0,
     )
     api = ApiServer(service, "token")
+    api.start()
     try:
-        status, body = api.handle("GET", "/v1/health", {}, None)
+        request = urllib.request.Request(api.url + "/v1/health", headers={"Authorization": "Bearer token"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 200
+            return json.loads(response.read())
     finally:
-        api.httpd.server_close()
-    assert status == 200
-    return body
+        api.close()
 
 
 def test_the_first_line_names_nodes_and_slots_on_uniform_nodes_and_each_group_otherwise():
