@@ -1,6 +1,14 @@
-"""Scheduling churn in the runtime: restarts per job, waits and idle slots on a fixed three-job scenario.
+"""Scheduling churn in the runtime: restarts per job, waits and idle slots on a fixed three-job scenario, and a
+burst of thirty small jobs (`--thirty`), with the runtime's lease and without it (the paper's Pollux).
 
 Run: .venv/bin/python -m benchmarks.runtime_churn [--interval 10] [--repeats 1]
+     .venv/bin/python -m benchmarks.runtime_churn --thirty [--lease 60] [--no-lease]
+
+`--thirty`: 30 examples/digits_mlp.py jobs of 3 epochs, 1 worker asked each (pollux may give more), submitted at
+once on 4 CPU slots. Per run: starts and stops (checkpoints to move or wait), restarts per job, jobs restarted, the
+most restarts of one job, the shortest time a job ran before a round stopped it, the longest wait from submission to
+first launch, and the time to drain (first submission to last completion). It checks that no job was stopped by a
+round within its lease (restore delay + lease).
 
 A real service (local backend, 4 CPU slots, pollux policy, a round every `--interval` seconds and at every arrival,
 completion, crash or cancel) runs three examples/digits_mlp.py jobs submitted at 0, 20 and 45 s: `a` may use 1-3
@@ -26,6 +34,7 @@ in all (2 / 2 / 0 and 2 / 1 / 0) both before and after, with no wait and no idle
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import threading
@@ -36,6 +45,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from pollux.defaults import LEASE_MIN_RUN_S
 from pollux.runtime.local import LocalLauncher
 from pollux.runtime.service import Service, ServiceConfig
 from pollux.runtime.spec import loads_spec
@@ -118,12 +128,122 @@ def run_once(console: Console, interval_s: float, root: Path) -> tuple[dict[str,
     return results, idle
 
 
+THIRTY = 30
+ROUND_STOPS = ("checkpointed to move", "preempted after checkpointing")  # a round's reasons for stopping a job
+
+
+@dataclass(frozen=True)
+class BurstResult:
+    starts: int
+    stops: int  # stops a round made (to move the job or to let others run)
+    restarts_per_job: float
+    jobs_restarted: int
+    most_restarts: int
+    shortest_run_before_stop_s: float | None  # from a launch to a round's stop of it
+    longest_wait_s: float  # submission to first launch
+    drain_s: float  # first submission to last completion
+    stops_within_lease: int
+
+
+def run_thirty(console: Console, interval_s: float, lease_s: float | None, root: Path) -> BurstResult:
+    """The thirty-job burst (module docstring) on a real service; the numbers from the store's history."""
+    config = ServiceConfig(
+        state_dir=root / "state", policy="pollux", interval_s=interval_s, stop_grace_s=60.0, lease_s=lease_s
+    )
+    service = Service(config, LocalLauncher(SLOTS, stop_grace_s=60.0))
+    thread = threading.Thread(target=service.run, daemon=True)
+    thread.start()
+    names = [f"j{i:02d}" for i in range(THIRTY)]
+    start = time.time()
+    try:
+        for name in names:
+            service.submit(loads_spec(spec_text(name, (0, 64), 3) + "gpus = 1\n", name, REPOSITORY))
+        with console.status("thirty jobs running") as status:
+            while not all(service.store.job(name).status in FINAL for name in names):
+                if time.time() - start > 3600:
+                    raise TimeoutError("the thirty jobs did not finish within an hour")
+                done = sum(service.store.job(name).status in FINAL for name in names)
+                status.update(f"{done}/{THIRTY} jobs done, {time.time() - start:.0f} s")
+                time.sleep(1.0)
+        store = service.store
+        lease_end = None if lease_s is None else config.restart_delay_s + lease_s
+        starts = stops = within = 0
+        runs_before_stop, waits, ends, restarts = [], [], [], []
+        for name in names:
+            state = store.job(name)
+            if state.status != "completed":
+                raise RuntimeError(f"job {name} ended {state.status}: {state.last_error}")
+            history = store.history(name)
+            launched = None
+            for at, status_now, reason in history:
+                if status_now == "running":
+                    starts += 1
+                    launched = at
+                elif launched is not None and any(reason.startswith(r) for r in ROUND_STOPS):
+                    stops += 1
+                    runs_before_stop.append(at - launched)
+                    within += lease_end is not None and at - launched < lease_end
+            waits.append(next(at for at, s, _ in history if s == "running") - state.submitted_at)
+            ends.append(history[-1][0])
+            restarts.append(state.restarts)
+    finally:
+        service.request_shutdown()
+        service.wait_stopped(120)
+        thread.join(10)
+        service.launcher.shutdown()
+    return BurstResult(
+        starts=starts,
+        stops=stops,
+        restarts_per_job=statistics.mean(restarts),
+        jobs_restarted=sum(r > 0 for r in restarts),
+        most_restarts=max(restarts),
+        shortest_run_before_stop_s=min(runs_before_stop, default=None),
+        longest_wait_s=max(waits),
+        drain_s=max(ends) - start,
+        stops_within_lease=within,
+    )
+
+
+def thirty(console: Console, interval_s: float, leases: list[float | None], repeats: int) -> None:
+    table = Table(title=f"{THIRTY} digits_mlp jobs (3 epochs, 1 worker asked) at once on {SLOTS} CPU slots, pollux")
+    columns = ("lease", "starts", "stops", "restarts/job", "jobs restarted", "most", "shortest run s", "longest wait s")
+    for column in (*columns, "drain s", "stops within lease"):
+        table.add_column(column, justify="right")
+    for lease in leases:
+        for _ in range(repeats):
+            with tempfile.TemporaryDirectory(prefix="pollux-thirty-") as tmp:
+                r = run_thirty(console, interval_s, lease, Path(tmp))
+            shortest = "-" if r.shortest_run_before_stop_s is None else f"{r.shortest_run_before_stop_s:.1f}"
+            table.add_row(
+                "none (paper)" if lease is None else f"{lease:g} s",
+                str(r.starts),
+                str(r.stops),
+                f"{r.restarts_per_job:.2f}",
+                str(r.jobs_restarted),
+                str(r.most_restarts),
+                shortest,
+                f"{r.longest_wait_s:.0f}",
+                f"{r.drain_s:.0f}",
+                str(r.stops_within_lease),
+            )
+            console.print(f"lease {lease}: done")
+    console.print(table)
+    console.print(f"Absolute times from this machine ({os.cpu_count()} CPUs), all runs in this process, one by one.")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--interval", type=float, default=10.0, help="seconds between periodic rounds")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--thirty", action="store_true", help="the burst of thirty small jobs instead")
+    parser.add_argument("--lease", type=float, default=LEASE_MIN_RUN_S, help="the runtime's lease (s) for --thirty")
+    parser.add_argument("--no-lease", action="store_true", help="--thirty without a lease only (the paper's Pollux)")
     args = parser.parse_args()
     console = Console()
+    if args.thirty:
+        leases: list[float | None] = [None] if args.no_lease else [None, args.lease]
+        thirty(console, args.interval, leases, args.repeats)
+        return
     runs = []
     for repeat in range(args.repeats):
         with tempfile.TemporaryDirectory(prefix="pollux-churn-") as tmp:
