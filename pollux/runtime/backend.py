@@ -70,6 +70,9 @@ class RuntimeBackend:
         self.reports = reports
         self._cluster = cluster
         self.last_views: list[JobView] = []  # what the last round showed the policy
+        self.round_states: tuple[float, list[JobState]] | None = (
+            None  # (when, the unfinished jobs) as that round read them
+        )
 
     @property
     def cluster(self) -> Cluster:
@@ -83,7 +86,11 @@ class RuntimeBackend:
         """The jobs a round may place: not cancelled, not backing off, and with a node of a type they accept."""
         cluster, views = self.cluster, []
         attained = self.store.attained_services(now)
-        for state in self.store.jobs(include_finished=False):
+        read_at, states = self.round_states or (None, [])
+        if read_at != now:  # the service hands over what its pass read, when nothing changed since
+            states = self.store.jobs(include_finished=False)
+            self.round_states = (now, states)
+        for state in states:
             job = self.lifecycle.job(state.name)
             if state.cancel_requested:
                 continue
@@ -105,7 +112,10 @@ class RuntimeBackend:
         cancelled meanwhile), or that could not be launched, leaves GPUs this round meant for it: another round
         follows in the next loop pass."""
         lifecycle = self.lifecycle
-        held = {s.name: s.allocation for s in self.store.jobs(include_finished=False) if s.allocation}
+        read_at, states = self.round_states or (None, [])
+        if read_at != now:  # decisions not of the round that just read the jobs (the engine's are): read them
+            states = self.store.jobs(include_finished=False)
+        held = {s.name: s.allocation for s in states if s.allocation}
         free = free_gpus(self.cluster, held)
         early = []
         for decision in decisions:

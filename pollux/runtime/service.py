@@ -187,6 +187,8 @@ class Service:
                     self.reports.refresh(state.name, now)
             now = self.clock()
             if changed or cancelled or requests.wake or self._round_due(now):
+                # the jobs as they are: the round need not read them again (an elastic pool may move them first)
+                self.backend.round_states = (now, active) if self.pool is None else None
                 lease_ends = self.schedule(now)
                 self._next_round = min(self.clock() + self.config.interval_s, lease_ends or math.inf)
             retry = self.lifecycle.next_retry(self.clock())  # retries come when promised, on the service's clock
@@ -240,8 +242,11 @@ class Service:
         return result.next_round_at
 
     def _record_round(self, now: float, decisions: Sequence[Decision], held: dict[str, Allocation]) -> None:
-        """Keep the round for the dashboard's scheduler view: its decisions, and the cluster as it left it."""
-        active = self.store.jobs(include_finished=False)
+        """Keep the round for the dashboard's scheduler view: its decisions, and the cluster as it left it (as the
+        round read it, when it changed nothing)."""
+        read = self.backend.round_states
+        unchanged = not decisions and read is not None and read[0] == now
+        active = read[1] if read is not None and unchanged else self.store.jobs(include_finished=False)
         running = [s for s in active if s.status == "running"]
         self.store.record_round(
             RoundRecord(
