@@ -110,6 +110,16 @@ class AdaptiveDataParallel(DistributedDataParallel):
         return None if stats is None or loader is None else noise_scale(stats, loader.batch_size)
 
     @property
+    def current_lr_factor(self) -> float:
+        """The LR factor a full step at the loader's current batch size gets with the statistics measured so far:
+        the one to show. (`last_lr_factor` is the latest step's; after an epoch that is its shorter tail step's,
+        e.g. x0.04 for a last step of 1 example where M0 = 32.)"""
+        loader = self.agent.loader
+        if loader is None:
+            return self.last_lr_factor
+        return float(self.scaling_rule.lr_factor(loader.current_batch_size, loader.batch_size, self.grad_stats))
+
+    @property
     def progress(self) -> float:
         """Statistical progress in M0-steps (AdaScale's scale-invariant iterations): drive schedules with it."""
         return self.agent.m0_steps
