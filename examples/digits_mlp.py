@@ -69,7 +69,7 @@ def main() -> None:
             print(
                 f"epoch {epoch:3d}  loss {total / max(count, 1):.4f}  test accuracy {accuracy:.3f}  "
                 f"batch {loader.current_batch_size:4d} (local {loader.current_local_bsz}, accum {loader.accum_steps})  "
-                f"noise scale {'-' if phi is None else f'{phi:.0f}'}  lr x{ddp.last_lr_factor:.2f}",
+                f"noise scale {'-' if phi is None else f'{phi:.0f}'}  lr x{ddp.current_lr_factor:.2f}",
                 flush=True,
             )
     agent.close()

@@ -137,7 +137,7 @@ class AdaptiveDataLoader:
         agent.decide_batch(self)
         order = epoch_order(num_examples, self.epoch, self.seed, self.shuffle)
         tracker = agent.tracker
-        tracker.init_batch_size = self.batch_size
+        tracker.init_batch_size, tracker.num_examples = self.batch_size, num_examples
         try:
             while self.position < num_examples:
                 plan = plan_micro_batches(

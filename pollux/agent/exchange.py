@@ -34,6 +34,7 @@ class _Window:
 
     batch_size: int
     init_batch_size: int
+    num_examples: int
     micro_steps: int
     steps: int = 0
     measured_steps: int = 0
@@ -41,8 +42,9 @@ class _Window:
     local_count: float = 0.0
     global_sqr: float = 0.0
 
-    def same_configuration(self, batch_size: int, init_batch_size: int, micro_steps: int) -> bool:
-        return (self.batch_size, self.init_batch_size, self.micro_steps) == (batch_size, init_batch_size, micro_steps)
+    def same_configuration(self, batch_size: int, init_batch_size: int, num_examples: int, micro_steps: int) -> bool:
+        mine = (self.batch_size, self.init_batch_size, self.num_examples, self.micro_steps)
+        return mine == (batch_size, init_batch_size, num_examples, micro_steps)
 
 
 @dataclass(frozen=True)
@@ -73,17 +75,18 @@ class StatisticsExchange:
         global_sqr: float,
         batch_size: int,
         init_batch_size: int,
+        num_examples: int,
         micro_steps: int,
         measured: bool,
     ) -> None:
         """Record one optimizer step (every replica calls this at every step with the same configuration)."""
         self._complete()  # the previous window's all-reduce, launched at least one step ago
         window = self._window
-        if window is not None and not window.same_configuration(batch_size, init_batch_size, micro_steps):
+        if window is not None and not window.same_configuration(batch_size, init_batch_size, num_examples, micro_steps):
             self._close_window(stop_requested, checkpoint_due)
             window = None
         if window is None:
-            window = self._window = _Window(batch_size, init_batch_size, micro_steps)
+            window = self._window = _Window(batch_size, init_batch_size, num_examples, micro_steps)
         window.steps += 1
         if measured:
             window.measured_steps += 1
@@ -140,4 +143,5 @@ class StatisticsExchange:
             window.batch_size,
             window.init_batch_size,
             steps=window.measured_steps,
+            num_examples=window.num_examples,
         )

@@ -12,24 +12,38 @@ bias-corrected exponential moving average, and the noise scale is the ratio of t
 ratios. The averages convert to `pollux.goodput.GradientStats` at the initial batch size M0: sqr = |g|²,
 var = tr(Σ)/M0, so that noise_scale(stats, M0) = M0·var/sqr = tr(Σ)/|g|² = B_simple of McCandlish et al.
 
-Batches drawn without replacement from N examples (an epoch) have variance tr(Σ)/B·(N−B)/(N−1), so the estimate of
-|g|² comes out lower by about tr(Σ)/N: negligible while the noise scale is small against the dataset (φ ≪ N).
+Batches are drawn without replacement from the N examples of an epoch, so a batch's gradient has variance
+tr(Σ)/B·(N−B)/(N−1), not tr(Σ)/B (Σ the covariance of the N per-example gradients). Solving the same two equations
+with that variance gives
+
+    |g|²  = (the |g|² above) + (the tr(Σ) above)/N
+    tr(Σ) = (the tr(Σ) above)·(N−1)/N
+
+Without the correction |g|² comes out low by tr(Σ)/N = |g|²·φ/N: harmless while φ ≪ N, but a small dataset trained
+long goes past φ = N (the digits example: N = 1,500 and φ ≈ 15,000 late on, where the uncorrected |g|² is negative on
+average and φ reads ∞).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pollux.goodput import GradientStats
 
 
-def two_batch_estimates(small_sqr: float, small_bsz: float, big_sqr: float, big_bsz: float) -> tuple[float, float]:
-    """Unbiased (|g|², tr(Σ)) from the mean squared norm of gradients at batch `small_bsz` and at `big_bsz`."""
+def two_batch_estimates(
+    small_sqr: float, small_bsz: float, big_sqr: float, big_bsz: float, num_examples: float = math.inf
+) -> tuple[float, float]:
+    """Unbiased (|g|², tr(Σ)) from the mean squared norm of gradients at batch `small_bsz` and at `big_bsz`, both
+    drawn without replacement from `num_examples` (infinite: independent draws)."""
     if not 0 < small_bsz < big_bsz:
         raise ValueError(f"need 0 < small_bsz < big_bsz, got {small_bsz} and {big_bsz}")
+    if not num_examples > 0:
+        raise ValueError(f"need num_examples > 0, got {num_examples}")
     sqr = (big_bsz * big_sqr - small_bsz * small_sqr) / (big_bsz - small_bsz)
     trace = (small_sqr - big_sqr) / (1.0 / small_bsz - 1.0 / big_bsz)
-    return sqr, trace
+    return sqr + trace / num_examples, trace - trace / num_examples
 
 
 class NoiseScaleEstimator:
@@ -54,10 +68,12 @@ class NoiseScaleEstimator:
         big_bsz: float,
         init_batch_size: int,
         steps: int = 1,
+        num_examples: float = math.inf,
     ) -> None:
         """One pair of measurements: mean |G|² over gradients of `small_bsz` examples, |G|² of `big_bsz`, each
-        averaged over `steps` optimizer steps (which then weigh as much as that many single updates)."""
-        sqr, trace = two_batch_estimates(small_sqr, small_bsz, big_sqr, big_bsz)
+        averaged over `steps` optimizer steps (which then weigh as much as that many single updates), the batches
+        drawn without replacement from `num_examples` (an epoch of the dataset)."""
+        sqr, trace = two_batch_estimates(small_sqr, small_bsz, big_sqr, big_bsz, num_examples)
         decay = self.smoothing ** (steps * big_bsz / init_batch_size)
         self._sqr = decay * self._sqr + (1.0 - decay) * sqr
         self._trace = decay * self._trace + (1.0 - decay) * trace

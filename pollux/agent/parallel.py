@@ -110,6 +110,16 @@ class AdaptiveDataParallel(DistributedDataParallel):
         return None if stats is None or loader is None else noise_scale(stats, loader.batch_size)
 
     @property
+    def current_lr_factor(self) -> float:
+        """The LR factor a full step at the loader's current batch size gets with the statistics measured so far:
+        the one to show. (`last_lr_factor` is the latest step's; after an epoch that is its shorter tail step's,
+        e.g. x0.04 for a last step of 1 example where M0 = 32.)"""
+        loader = self.agent.loader
+        if loader is None:
+            return self.last_lr_factor
+        return float(self.scaling_rule.lr_factor(loader.current_batch_size, loader.batch_size, self.grad_stats))
+
+    @property
     def progress(self) -> float:
         """Statistical progress in M0-steps (AdaScale's scale-invariant iterations): drive schedules with it."""
         return self.agent.m0_steps
@@ -191,7 +201,7 @@ class AdaptiveDataParallel(DistributedDataParallel):
             torch._foreach_div_(grads, micro_steps)  # accumulated sum -> mean over the step's micro-batches
         batch_size = tracker.step_examples
         init_batch_size = tracker.init_batch_size
-        self._measure(agent, micro_steps, batch_size, init_batch_size, tracker.step_full)
+        self._measure(agent, micro_steps, batch_size, init_batch_size, tracker.num_examples, tracker.step_full)
 
         stats = self.noise.grad_stats(init_batch_size)
         factor = float(self.scaling_rule.lr_factor(batch_size, init_batch_size, stats))
@@ -216,7 +226,13 @@ class AdaptiveDataParallel(DistributedDataParallel):
         return result
 
     def _measure(
-        self, agent: AgentContext, micro_steps: int, batch_size: int, init_batch_size: int, full: bool
+        self,
+        agent: AgentContext,
+        micro_steps: int,
+        batch_size: int,
+        init_batch_size: int,
+        num_examples: int,
+        full: bool,
     ) -> None:
         """Update the noise-scale estimate from this step's gradients, and learn whether any replica must stop.
 
@@ -230,7 +246,9 @@ class AdaptiveDataParallel(DistributedDataParallel):
         global_sqr = meter.sqr_norm(pre) if measure else 0.0
         if agent.distributed:
             stop, due = agent.stop_requested_locally, agent.checkpoint_due()
-            self._exchange.add_step(stop, due, local_sqr, global_sqr, batch_size, init_batch_size, micro_steps, measure)
+            self._exchange.add_step(
+                stop, due, local_sqr, global_sqr, batch_size, init_batch_size, num_examples, micro_steps, measure
+            )
             agent.stop_agreed = agent.stop_agreed or self._exchange.stop_agreed
             agent.checkpoint_agreed = agent.checkpoint_agreed or self._exchange.take_checkpoint_agreed()
             return
@@ -239,12 +257,17 @@ class AdaptiveDataParallel(DistributedDataParallel):
             meter.forget_previous()
         elif micro_steps >= 2:
             self.noise.update(
-                local_sqr / micro_steps, batch_size / micro_steps, global_sqr, batch_size, init_batch_size
+                local_sqr / micro_steps,
+                batch_size / micro_steps,
+                global_sqr,
+                batch_size,
+                init_batch_size,
+                num_examples=num_examples,
             )
         else:
             small, big = meter.consecutive_pair(pre, global_sqr, batch_size)
             if math.isfinite(small):
-                self.noise.update(small, batch_size, big, 2 * batch_size, init_batch_size)
+                self.noise.update(small, batch_size, big, 2 * batch_size, init_batch_size, num_examples=num_examples)
 
     def flush_statistics(self) -> None:
         """Collective: apply every step's statistics still being exchanged, agree on stop and checkpoint requests."""

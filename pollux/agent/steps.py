@@ -32,6 +32,7 @@ class StepTracker:
     def __init__(self) -> None:
         self.micro: MicroBatch | None = None  # None outside an AdaptiveDataLoader loop
         self.init_batch_size = 0  # M0 of the loader being iterated
+        self.num_examples = 0  # its dataset's size: an epoch draws its batches without replacement from these
         self.multi_gradient = False  # a step yields more than one gradient (K > 1 or accumulation)
         self.step_start_position = 0
         self.forward_seen = False  # a forward pass has fed the current, unfinished step

@@ -59,3 +59,32 @@ def test_state_round_trips():
 def test_estimates_need_two_distinct_batch_sizes():
     with pytest.raises(ValueError):
         two_batch_estimates(1.0, 16, 1.0, 16)
+
+
+def test_batches_drawn_without_replacement_use_the_finite_population_variance():
+    # E|G_B|² = |g|² + tr(Σ)/B·(N−B)/(N−1) for batches drawn without replacement from N examples
+    n, sqr, trace = 1500, 1e-2, 15.0
+
+    def expected(bsz):
+        return sqr + trace / bsz * (n - bsz) / (n - 1)
+
+    assert two_batch_estimates(expected(128), 128, expected(512), 512, num_examples=n) == pytest.approx((sqr, trace))
+
+
+def test_a_small_dataset_whose_noise_scale_reaches_its_size_is_measured_without_bias():
+    # A finite population of N per-example gradients with φ = tr(Σ)/|g|² = N, sampled as an epoch's permutation is:
+    # ignoring that the batches share no example puts |g|² at |g|² − tr(Σ)/N = 0 and φ at infinity.
+    rng = np.random.default_rng(0)
+    n, dim, small, big, draws = 400, 8, 8, 32, 50_000
+    xi = rng.standard_normal((n, dim))
+    xi -= xi.mean(axis=0)
+    trace = float((xi**2).sum(axis=1).mean())
+    g = np.full(dim, np.sqrt(trace / n / dim))  # |g|² = tr(Σ)/N
+    batches = np.stack([g + xi[rng.permutation(n)[:big]] for _ in range(draws)])  # (draws, big, dim)
+    sqr_small = (batches.reshape(draws, big // small, small, dim).mean(axis=2) ** 2).sum(axis=2).mean()
+    sqr_big = (batches.mean(axis=1) ** 2).sum(axis=1).mean()
+    est = NoiseScaleEstimator()
+    est.update(sqr_small, small, sqr_big, big, init_batch_size=small, num_examples=n)
+    assert noise_scale(est.grad_stats(small), small) == pytest.approx(n, rel=0.1)
+    naive_sqr, _ = two_batch_estimates(sqr_small, small, sqr_big, big)
+    assert abs(naive_sqr) < 0.2 * trace / n
