@@ -196,9 +196,8 @@ def measure(num_jobs: int, polls: int, loads: int) -> dict[str, float]:
                     browser.wait_for("document.body.dataset.ready === '1'", what="the dashboard's first data")
                     rows = browser.evaluate("document.querySelectorAll('#jobs-body tr').length")
                     assert rows == num_jobs, rows
-                    paints.append(
-                        browser.evaluate("performance.getEntriesByName('first-contentful-paint')[0].startTime")
-                    )
+                    paint = "performance.getEntriesByName('first-contentful-paint')[0]?.startTime"
+                    paints.append(browser.wait_for(paint, what="the first paint's entry (it may follow the data)"))
                     drawn.append(browser.evaluate("performance.getEntriesByName('pollux-data-drawn')[0].startTime"))
         finally:
             child.terminate()

@@ -66,12 +66,12 @@
       return row;
     });
     $("cluster").replaceChildren(...rows);
+    $("cluster").classList.remove("focus");  // new cells: a highlight comes back when the pointer moves
     const used = holders.reduce((sum, h) => sum + h.length, 0);
     $("cluster-summary").textContent = `${used} of ${data.cluster.num_gpus} GPUs held, ${data.cluster.num_gpus - used} free`;
     const gpusOf = Object.fromEntries(data.jobs.map((j) => [j.name, j.gpus]));
     const legend = Object.entries(key).map(([name, number]) => {
       const item = make("span", null, "link");
-      item.dataset.holder = name;
       const swatch = make("span", number, "swatch key");
       swatch.style.background = jobColor(name);
       item.append(swatch, `${name} (${gpusOf[name]} GPU${gpusOf[name] === 1 ? "" : "s"})`);
