@@ -25,6 +25,8 @@ import statistics
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -38,7 +40,7 @@ from pollux.goodput.efficiency import GradientStats
 from pollux.goodput.throughput import ThroughputParams
 from pollux.runtime.launcher import WorkerInfo
 from pollux.runtime.spec import JobSpec
-from pollux.runtime.status import JobEvent
+from pollux.runtime.status import JobEvent, JobStatus
 from pollux.runtime.store import JobSample, RoundRecord, StateStore
 
 FIRST_PAINT_BOUND_MS = 1000.0
@@ -68,30 +70,56 @@ def report(name: str, gpus: int, status: str) -> dict[str, Any]:
     ).to_json_dict()
 
 
+@dataclass(frozen=True)
+class PlannedJob:
+    """A job of a filled state: its final status and the GPUs it asks for (kept while it runs)."""
+
+    name: str
+    status: JobStatus
+    gpus: int = 1
+
+
+def record_jobs(store: StateStore, plan: Sequence[PlannedJob], cluster: Cluster, now: float) -> None:
+    """The jobs of `plan` in submission order, one second apart, as the service leaves them: a running, completed
+    or failed job was launched on the first node with free GPUs (as many of its GPUs as fit there) and has an agent
+    report and 100 goodput samples; a completed or failed one gave its GPUs back; a cancelled one never ran."""
+    free = list(cluster.node_gpus)
+    for i, job in enumerate(plan):
+        spec = JobSpec(job.name, ("python", "train.py"), 64, 1024, (16, 256))
+        store.add_job(spec, now + i)
+        if job.status is JobStatus.CANCELLED:
+            store.request_cancel(job.name, now + i + 1)
+            store.record_exit(job.name, JobEvent.CANCELLED, now + i + 2, "cancelled by the user")
+        if job.status in (JobStatus.PENDING, JobStatus.CANCELLED):
+            continue
+        node = next((n for n, f in enumerate(free) if f), 0)
+        gpus = min(job.gpus, free[node]) or 1
+        free[node] = max(free[node] - gpus, 0)
+        allocation = tuple(gpus if n == node else 0 for n in range(cluster.num_nodes))
+        store.record_launch(job.name, allocation, [WorkerInfo(0, node, 10_000 + i, "bench", 1)], now + i + 1, False)
+        store.record_report(job.name, report(job.name, gpus, "running"), now + i + 2)
+        for k in range(100):
+            store.record_sample(job.name, JobSample(now + i + 10 * k, gpus, 96, 0, 96 * gpus, 1000.0 + k, 0.8))
+        if job.status is JobStatus.RUNNING:
+            continue
+        free[node] += gpus
+        if job.status is JobStatus.COMPLETED:
+            store.record_exit(job.name, JobEvent.FINISHED, now + 1000 + i, "training script finished")
+        else:
+            error = "Traceback (most recent call last):\nRuntimeError: CUDA error: out of memory"
+            store.record_exit(job.name, JobEvent.GAVE_UP, now + 1000 + i, "crashed 3 times", error, crashed=True)
+
+
 def fill_state(state_dir: Path, num_jobs: int) -> None:
-    """The busy cluster's state database (see the module docstring)."""
+    """The busy cluster's state database (see the module docstring): completed jobs first, then running, then
+    pending ones."""
     store = StateStore(state_dir / "state.db")
     now = time.time() - 3600.0
-    free = list(CLUSTER.node_gpus)
     running = num_jobs // 5
     completed = num_jobs - 2 * running
-    for i in range(num_jobs):
-        name = f"job-{i:03d}"
-        spec = JobSpec(name, ("python", "train.py"), 64, 1024, (16, 256))
-        store.add_job(spec, now + i)
-        if i >= completed + running:
-            continue  # pending
-        node = next((n for n, f in enumerate(free) if f), 0)
-        gpus = min(1 + i % 4, free[node]) or 1
-        free[node] = max(free[node] - gpus, 0)
-        allocation = tuple(gpus if n == node else 0 for n in range(CLUSTER.num_nodes))
-        store.record_launch(name, allocation, [WorkerInfo(0, node, 10_000 + i, "bench", 1)], now + i + 1, False)
-        store.record_report(name, report(name, gpus, "running"), now + i + 2)
-        for k in range(100):
-            store.record_sample(name, JobSample(now + i + 10 * k, gpus, 96, 0, 96 * gpus, 1000.0 + k, 0.8))
-        if i < completed:
-            free[node] += gpus
-            store.record_exit(name, JobEvent.FINISHED, now + 1000 + i, "training script finished")
+    statuses = [JobStatus.COMPLETED] * completed + [JobStatus.RUNNING] * running + [JobStatus.PENDING] * running
+    plan = [PlannedJob(f"job-{i:03d}", status, 1 + i % 4) for i, status in enumerate(statuses)]
+    record_jobs(store, plan, CLUSTER, now)
     for r in range(500):
         decision = {"job": f"job-{r % num_jobs:03d}", "kind": "resize", "gpus_from": 2, "gpus_to": 4, "allocation": []}
         store.record_round(RoundRecord(now + 6 * r, 48 + r % 16, running, running, (decision,) if r % 3 == 0 else ()))
@@ -101,6 +129,7 @@ def fill_state(state_dir: Path, num_jobs: int) -> None:
 class _IdleLauncher:
     """The cluster, and nothing that could start a process: the benchmark serves a state, it runs no jobs."""
 
+    name = "idle"
     cluster = CLUSTER
 
 
@@ -167,9 +196,8 @@ def measure(num_jobs: int, polls: int, loads: int) -> dict[str, float]:
                     browser.wait_for("document.body.dataset.ready === '1'", what="the dashboard's first data")
                     rows = browser.evaluate("document.querySelectorAll('#jobs-body tr').length")
                     assert rows == num_jobs, rows
-                    paints.append(
-                        browser.evaluate("performance.getEntriesByName('first-contentful-paint')[0].startTime")
-                    )
+                    paint = "performance.getEntriesByName('first-contentful-paint')[0]?.startTime"
+                    paints.append(browser.wait_for(paint, what="the first paint's entry (it may follow the data)"))
                     drawn.append(browser.evaluate("performance.getEntriesByName('pollux-data-drawn')[0].startTime"))
         finally:
             child.terminate()

@@ -61,6 +61,8 @@ class WorkerInfo:
 class Launcher(Protocol):
     """Starts, watches and stops the worker groups of jobs; at most one group per job at a time."""
 
+    name: str  # the backend as users name it (`pollux up --backend`): what the dashboard's header shows
+
     @property
     def cluster(self) -> Cluster:
         """The node pool: nodes × GPU slots per node, as the policy sees it."""

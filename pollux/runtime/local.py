@@ -141,6 +141,8 @@ class LocalLauncher:
     its HTTP handlers may call it at once (but see the module docstring on which thread should `launch`).
     """
 
+    name = "local"
+
     def __init__(
         self,
         slots: int | None = None,

@@ -43,6 +43,8 @@ class RayLauncher:
     handlers may call it at once.
     """
 
+    name = "ray"
+
     def __init__(
         self,
         address: str | None = None,

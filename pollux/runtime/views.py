@@ -41,6 +41,7 @@ def job_row(service: Service, state: JobState, now: float) -> dict[str, Any]:
         "restarts": state.restarts,
         "attempts": state.attempts,
         "submitted_at": state.submitted_at,
+        "updated_at": state.updated_at,  # a finished job's end: the dashboard lists those newest first
         "age_s": max(now - state.submitted_at, 0.0),
         "reason": service.reason(state.name) if state.status == "pending" else "",
         "last_error": state.last_error,
@@ -69,7 +70,7 @@ def health(service: Service) -> dict[str, Any]:
         "ok": True,
         "pid": os.getpid(),
         "policy": service.config.policy,
-        "backend": type(service.launcher).__name__,
+        "backend": service.launcher.name,
         "nodes": cluster.num_nodes,
         "gpus_per_node": cluster.gpus_per_node if cluster.uniform else None,  # None: see node_gpus
         "node_gpus": list(cluster.node_gpus),
@@ -96,7 +97,7 @@ def overview(service: Service, now: float) -> dict[str, Any]:
     return {
         "now": now,
         "policy": service.config.policy,
-        "backend": type(service.launcher).__name__,
+        "backend": service.launcher.name,
         "rounds_run": service.rounds,
         "cluster": cluster_of(service),
         "jobs": job_rows(service, now),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import queue
@@ -12,8 +13,9 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TaskID, TextColumn
 from rich.table import Table
+from rich.text import Text
 
 from pollux.autoscale import AutoscaleSettings
 from pollux.cluster import DEFAULT_GPU_TYPE, Cluster
@@ -26,6 +28,7 @@ from pollux.lease import Lease
 from pollux.option_bounds import bounds
 from pollux.sim.jobmodel import JobModel
 from pollux.sim.run import SimConfig, SimResult
+from pollux.sim.table import columns_of, in_table_order
 from pollux.sim.typed import TypedJobModel
 from pollux.sim.workload import Workload, workload_artifact
 
@@ -123,29 +126,53 @@ def run_policies(
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("jobs done"),
-            TimeElapsedColumn(),
+            SimulatingSeconds(),
             console=console,
             transient=False,
         ) as bars,
     ):
         updates = manager.Queue()
-        tasks = {name: bars.add_task(name, total=None) for name in policies}
+        tasks = {name: bars.add_task(name, total=None, start=False) for name in policies}
         if processes == 1:
-            inline = _BarUpdates(bars, tasks)
-            return [run_policy(name, inputs, config, inline) for name in policies]
+            inline, results = _BarUpdates(bars, tasks), []
+            for name in policies:
+                results.append(run_policy(name, inputs, config, inline))
+                bars.stop_task(tasks[name])
+            return results
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=max(1, processes), mp_context=context) as pool:
             futures = {name: pool.submit(run_policy, name, inputs, config, updates) for name in policies}
-            while not all(f.done() for f in futures.values()):
-                try:
+            running = dict(futures)
+            while running:
+                with contextlib.suppress(queue.Empty):
                     name, done, total = updates.get(timeout=0.2)
-                    bars.update(tasks[name], completed=done, total=total)
-                except queue.Empty:
-                    pass
+                    _advance(bars, tasks[name], done, total)
+                for name in [name for name, future in running.items() if future.done()]:
+                    bars.stop_task(tasks[name])  # its result is in: the clock stops where `wall_s` stopped
+                    del running[name]
             results = [futures[name].result() for name in policies]
         for result in results:
-            bars.update(tasks[result.policy], completed=len(result.jobs), total=len(result.jobs))
+            _advance(bars, tasks[result.policy], len(result.jobs), len(result.jobs))
     return results
+
+
+class SimulatingSeconds(ProgressColumn):
+    """Seconds a policy has been simulating, counted as the table's "wall s" counts them: from its simulation's
+    start (not from when its bar appeared: a policy may wait for a free process) until its result is in (its last
+    job's finish is not the end: each job's fairness is measured after)."""
+
+    def render(self, task: Task) -> Text:
+        if task.start_time is None:
+            return Text("waiting", style="progress.elapsed")
+        if task.stop_time is None:
+            return Text(f"simulating {task.elapsed or 0.0:.1f} s", style="progress.elapsed")
+        return Text(f"simulated in {task.elapsed or 0.0:.1f} s", style="progress.elapsed")
+
+
+def _advance(bars: Progress, task: TaskID, done: int, total: int) -> None:
+    """Move a policy's bar; its first update (its simulation starting) starts its clock."""
+    bars.start_task(task)
+    bars.update(task, completed=done, total=total)
 
 
 class _BarUpdates:
@@ -156,7 +183,7 @@ class _BarUpdates:
 
     def put(self, update: tuple[str, int, int]) -> None:
         name, done, total = update
-        self.bars.update(self.tasks[name], completed=done, total=total)
+        _advance(self.bars, self.tasks[name], done, total)
 
 
 def _make_out_dir(out: Path) -> None:
@@ -219,43 +246,15 @@ def chosen_autoscale(
 
 
 def summary_table(results: list[SimResult], title: str) -> Table:
-    table = Table(title=title)
-    autoscaled = any("node_hours" in r.summary for r in results)
-    columns = (
-        "policy",
-        "avg JCT h",
-        "median h",
-        "p99 h",
-        "makespan h",
-        "queue h",
-        "GPU util",
-        "restarts",
-        "ρ>1",
-        "worst ρ",
-        *(("node-h", "nodes") if autoscaled else ()),
-        "wall s",
-    )
-    for name in columns:
-        if name == "policy":
-            table.add_column(name, no_wrap=True, min_width=16)
-        else:
-            table.add_column(name, justify="right")
-    for r in sorted(results, key=lambda r: r.summary["avg_jct_s"]):
-        s = r.summary
-        table.add_row(
-            r.policy,
-            f"{s['avg_jct_s'] / 3600:.2f}",
-            f"{s['median_jct_s'] / 3600:.2f}",
-            f"{s['p99_jct_s'] / 3600:.2f}",
-            f"{s['makespan_s'] / 3600:.1f}",
-            f"{s['avg_queueing_s'] / 3600:.2f}",
-            f"{s['gpu_utilization']:.0%}",
-            f"{s['avg_restarts']:.1f}",
-            f"{s['unfair_share']:.0%}",
-            f"{s['worst_fairness']:.1f}",
-            *((f"{s.get('node_hours', 0.0):.0f}", f"{s.get('nodes_mean', 0.0):.1f}") if autoscaled else ()),
-            f"{r.wall_s:.1f}",
-        )
+    """The comparison table (`pollux.sim.table`), what each column means in its caption."""
+    columns = columns_of(results)
+    caption = "\n".join(f"{c.label}: {c.meaning}" for c in columns)
+    table = Table(title=title, caption=caption, caption_justify="left")
+    table.add_column("policy", no_wrap=True, min_width=16)
+    for column in columns:
+        table.add_column(column.label, justify="right")
+    for result in in_table_order(results):
+        table.add_row(result.policy, *(column.cell(result) for column in columns))
     return table
 
 

@@ -14,13 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from pollux.dashboard.pages import report_page
+from pollux.sim.palette import policy_colors
 from pollux.sim.run import SimResult
+from pollux.sim.table import columns_of, in_table_order
 
 REPORT_FILE = "report.html"
 
 
 def _finite(value: float | None) -> float | None:
-    """JSON has no NaN: a metric that is undefined (no job finished) is null, shown as a dash."""
+    """JSON has no NaN: an undefined ρ (no isolated JCT) is null, which the charts leave out."""
     return None if value is None or not math.isfinite(value) else value
 
 
@@ -32,13 +34,18 @@ def chosen_job(results: Sequence[SimResult]) -> str:
 
 
 def report_data(results: Sequence[SimResult], title: str, num_gpus: int) -> dict[str, Any]:
-    """What the report's script draws."""
+    """What the report's script draws: the comparison table as the CLI prints it (`pollux.sim.table`, its rows and
+    so every legend in the table's order) and each policy's colour (`pollux.sim.palette`), as the PNGs have it."""
+    ordered = in_table_order(results)
+    columns = columns_of(ordered)
+    colors = policy_colors(r.policy for r in ordered)
     policies = []
-    for result in results:
+    for result in ordered:
         policies.append(
             {
                 "policy": result.policy,
-                "summary": {key: _finite(value) for key, value in result.summary.items()},
+                "color": colors[result.policy],
+                "cells": [column.cell(result) for column in columns],
                 "jct_s": [j.jct_s for j in result.jobs if j.jct_s is not None],
                 "fairness": [_finite(j.fairness) for j in result.jobs if j.fairness is not None],
                 "timeline": [[p.time_s, p.gpus_in_use, p.jobs_queued] for p in result.timeline],
@@ -49,6 +56,7 @@ def report_data(results: Sequence[SimResult], title: str, num_gpus: int) -> dict
     return {
         "title": title,
         "num_gpus": num_gpus,
+        "columns": [{"label": c.label, "meaning": c.meaning} for c in columns],
         "policies": policies,
         "job_names": [job.name for job in results[0].jobs] if results else [],
         "chosen_job": chosen_job(results),

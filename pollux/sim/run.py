@@ -171,8 +171,11 @@ def simulate(
     config: SimConfig = SimConfig(),
     on_round: Callable[[float, int, int], None] | None = None,
 ) -> SimResult:
-    """Replay `rows` under `policy`. `on_round(now, finished, total)` reports progress after every round."""
+    """Replay `rows` under `policy`. `on_round(now, finished, total)` reports progress as it starts (the clock of
+    a progress bar then counts what `wall_s` counts) and after every round."""
     started = time.perf_counter()
+    if on_round is not None:
+        on_round(0.0, 0, len(rows))
     elastic = None
     if config.autoscale is not None:
         elastic = ElasticNodes(config.cluster, config.autoscale, config.boot_time_s)

@@ -26,6 +26,7 @@ class FakeGroup:
 
 @dataclass
 class FakeLauncher:
+    name: str = "fake"
     cluster: Cluster = field(default_factory=lambda: Cluster(num_nodes=1, gpus_per_node=4))
     groups: dict[str, FakeGroup] = field(default_factory=dict)
     launches: list[LaunchRequest] = field(default_factory=list)

@@ -1,10 +1,12 @@
 """The live dashboard in a real browser (headless Chromium) against a real `pollux up` on the local backend: the page
 names every job and draws its GPUs, a resize appears without a reload, a real example job has its page, and nothing
-is shown without the token. Screenshots land in the test-artifact folder (`artifact_dir`)."""
+is shown without the token; with 40 jobs, the running and pending ones come first and the status filter works.
+Screenshots land in the test-artifact folder (`artifact_dir`)."""
 
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -14,8 +16,14 @@ import pytest
 from runtime_jobs import wait_for, write_spec
 from test_cli_local import DIGITS, Up
 
+from benchmarks.dashboard import PlannedJob, record_jobs
+from benchmarks.dashboard import link as dashboard_link
 from benchmarks.headless import dump_dom
-from pollux.runtime.api import ROUTES
+from pollux.runtime.api import ROUTES, ApiServer
+from pollux.runtime.client import write_token
+from pollux.runtime.local import LocalLauncher
+from pollux.runtime.service import Service, ServiceConfig
+from pollux.runtime.status import JobStatus
 from pollux.runtime.store import StateStore
 
 pytestmark = pytest.mark.e2e  # real processes: run by `make test`; `pytest -m "not e2e"` skips them
@@ -188,3 +196,95 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
 
     def redirect_request(self, *args: object, **kwargs: object) -> None:
         return None
+
+
+# 40 jobs on 4 slots in submission order: 4 running and 30 pending among 6 that ended (the last submitted runs)
+ENDED = {0: JobStatus.COMPLETED, 9: JobStatus.COMPLETED, 13: JobStatus.FAILED, 18: JobStatus.COMPLETED}
+ENDED |= {27: JobStatus.COMPLETED, 31: JobStatus.CANCELLED}
+CROWD = [
+    PlannedJob(f"crowd-{i:02d}", ENDED.get(i, JobStatus.RUNNING if i in (2, 11, 20, 39) else JobStatus.PENDING))
+    for i in range(40)
+]
+ROWS = "[...document.querySelectorAll('#jobs-body tr')]"
+# the first element between a row and the page that scrolls or clips it (null: only the page itself scrolls)
+CLIPPED_BY = """(() => {
+  for (const row of document.querySelectorAll('#jobs-body tr')) {
+    for (let box = row.parentElement; box && box !== document.body; box = box.parentElement) {
+      const clips = getComputedStyle(box).overflowY !== 'visible' && box.scrollHeight > box.clientHeight + 1;
+      if (clips) return box.id || box.className;
+    }
+  }
+  return null;
+})()"""
+
+
+@pytest.fixture
+def crowded(tmp_path: Path) -> Iterator[tuple[str, Service]]:
+    """A real service and API on 4 local slots whose store holds `CROWD`, filled as `benchmarks.dashboard` fills its
+    own; the scheduling loop does not run, so nothing launches or moves. Yields a one-time dashboard link and the
+    service."""
+    state = tmp_path / "state"
+    launcher = LocalLauncher(4)
+    state.mkdir(mode=0o700)
+    store = StateStore(state / "state.db")
+    record_jobs(store, CROWD, launcher.cluster, time.time() - 3600.0)
+    store.close()
+    service = Service(ServiceConfig(state_dir=state), launcher)
+    server = ApiServer(service, write_token(state))
+    server.start()
+    try:
+        yield dashboard_link(server.url, (state / "token").read_text().strip()), service
+    finally:
+        server.close()
+        launcher.shutdown()
+        service.store.close()
+
+
+def test_forty_jobs_show_running_and_pending_first_unclipped_and_filter_by_status(crowded, browser, artifact_dir):
+    url, service = crowded
+    browser.open(url)
+    browser.wait_for(READY, what="the dashboard's first data")
+    meta = browser.evaluate("document.getElementById('meta').textContent")
+    assert "local backend" in meta and "Launcher" not in meta, meta
+
+    rows = browser.evaluate(f"{ROWS}.map(tr => [tr.dataset.job, tr.dataset.status])")
+    running = [j.name for j in CROWD if j.status is JobStatus.RUNNING]
+    pending = [j.name for j in CROWD if j.status is JobStatus.PENDING]
+    ended = sorted(ENDED, key=lambda i: -service.store.job(CROWD[i].name).updated_at)
+    assert [name for name, _ in rows] == running + pending + [CROWD[i].name for i in ended]  # ended: latest first
+    assert browser.evaluate(CLIPPED_BY) is None, "the jobs table must grow with the page, not scroll in a box"
+    bottom = browser.evaluate(f"{ROWS}[{len(running + pending) - 1}].getBoundingClientRect().bottom + scrollY")
+    assert bottom <= browser.evaluate("document.documentElement.scrollHeight")
+
+    cells = browser.evaluate("[...document.querySelectorAll('#cluster .gpu.held')].map(c => [c.textContent, c.title])")
+    assert sorted(label for label, _ in cells) == ["1", "2", "3", "4"]  # a number each, not 3 letters of a name
+    legend = browser.evaluate("document.getElementById('cluster-legend').textContent")
+    for label, title in cells:
+        name = title.split(" ")[0]
+        assert name in running and f"{label}{name}" in legend, (label, title, legend)
+
+    browser.screenshot(artifact_dir / "dashboard-forty-jobs.png")
+
+    def shown() -> list[str]:
+        return list(browser.evaluate(f"{ROWS}.map(tr => tr.dataset.status)"))
+
+    for status, count in (("pending", 30), ("failed", 1), ("running", 4), ("all", 40)):
+        browser.evaluate(f"document.querySelector('#jobs-filter button[data-status=\"{status}\"]').click()")
+        assert len(shown()) == count and (status == "all" or set(shown()) == {status}), (status, shown())
+    browser.evaluate("document.querySelector('#jobs-filter button[data-status=\"pending\"]').click()")
+    time.sleep(2.5)  # two polls redraw the table: the filter stays
+    assert shown() == ["pending"] * 30
+
+
+def test_a_job_page_shows_what_is_known_of_the_job_and_no_dashes(crowded, browser):
+    url, _ = crowded
+    browser.open(url)
+    browser.wait_for(READY, what="the dashboard's first data")
+    failed, pending, running = (13, "out of memory"), (3, "0 GPU(s) · 0 restart(s)"), (2, "batch M=96 (m=96, s=0)")
+    for i, known in (failed, pending, running):
+        name = CROWD[i].name
+        browser.evaluate(f"location.hash = 'job/{name}'")
+        browser.wait_for(f"document.getElementById('job-title').textContent === '{name}'", what=f"{name}'s page")
+        summary = browser.wait_for("document.getElementById('job-summary').textContent", what="the summary")
+        assert summary.startswith(str(CROWD[i].status)) and known in summary and "–" not in summary, summary
+        assert ("batch" in summary) == (CROWD[i].status is not JobStatus.PENDING), summary

@@ -1,4 +1,5 @@
-"""`report.html` of a simulation: one file that opens from disk, offline, with its table and charts, in a browser."""
+"""`report.html` of a simulation: one file that opens from disk, offline, with its table and charts, in a browser;
+every chart lists the policies in the table's order, in their colours (`pollux.sim.palette`)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import pytest
 
 from pollux.cluster import Cluster
 from pollux.policies.registry import make_policy
+from pollux.sim.palette import policy_colors
 from pollux.sim.parametric import load_catalog
 from pollux.sim.report import write_outputs
 from pollux.sim.run import SimConfig, simulate
+from pollux.sim.table import columns_of, in_table_order
 from pollux.sim.workload import WorkloadJob
 
 
@@ -51,3 +54,25 @@ def test_the_report_opens_from_disk_with_its_table_and_charts(report, browser, a
     chosen = browser.evaluate("document.getElementById('job-choice').value")
     assert chosen in {job.name for job in results[0].jobs}
     browser.screenshot(artifact_dir / "report.png")
+
+
+def test_the_charts_follow_the_table_order_in_the_palette_colours_and_the_columns_are_explained(report, browser):
+    path, results = report
+    browser.open(path.as_uri())
+    browser.wait_for("document.body.dataset.ready === '1'", what="the report's script")
+    table = [r.policy for r in in_table_order(results)]
+    rows = browser.evaluate(
+        "[...document.querySelectorAll('#summary-body tr td:first-child')].map(td => td.textContent)"
+    )
+    assert rows == table
+    colors = {name: color.lower() for name, color in policy_colors(table).items()}
+    for chart in ("jct-cdf", "gpus-in-use", "queued"):
+        legend = browser.evaluate(f"[...document.querySelectorAll('#{chart} .legend > span')].map(s => s.textContent)")
+        assert legend == table, chart
+        strokes = browser.evaluate(
+            f"[...document.querySelectorAll('#{chart} svg path')].map(p => [p.textContent, p.getAttribute('stroke')])"
+        )
+        assert {name: stroke.lower() for name, stroke in strokes} == colors, chart
+    notes = browser.evaluate("document.getElementById('summary-notes').textContent")
+    for column in columns_of(results):
+        assert column.label + column.meaning in notes, column.label

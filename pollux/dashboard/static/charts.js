@@ -141,5 +141,5 @@ const PolluxCharts = (() => {
 
   function hours(seconds) { return seconds / 3600; }
 
-  return { lineChart, cdf, jobColor, ago, number, hours, PALETTE };
+  return { lineChart, cdf, jobColor, ago, number, hours };
 })();

@@ -4,7 +4,8 @@
   const POLL_MS = Number(document.body.dataset.pollMs || 1000);
   const { lineChart, ago } = PolluxCharts;
   const $ = (id) => document.getElementById(id);
-  const state = { sort: { key: "submitted_at", dir: 1 }, data: null, job: null, order: {} };
+  // sorted by status at first: running, then pending (both oldest first), then the rest, newest first
+  const state = { sort: { key: "status", dir: 1 }, filter: "all", data: null, job: null, order: {} };
   const jobColor = (name) => PolluxCharts.jobColor(state.order[name] ?? 0);
 
   function make(tag, text, className) {
@@ -31,11 +32,15 @@
   }
 
   // -- cluster view: one row of GPU cells per node, coloured by the job holding each GPU ----------------------
+  // A held cell shows its job's number in the legend below (names do not fit in a cell, and share prefixes);
+  // its tooltip and the legend name the job, and pointing at either highlights all of that job's GPUs.
   function drawCluster(data) {
     const holders = data.cluster.nodes.map(() => []);
     for (const job of data.jobs) {
       (job.allocation || []).forEach((count, node) => { for (let i = 0; i < count; i++) holders[node].push(job.name); });
     }
+    const key = {};
+    for (const name of holders.flat()) key[name] ??= Object.keys(key).length + 1;
     const rows = data.cluster.nodes.map((node, n) => {
       const row = make("div", null, "node");
       row.dataset.node = n;
@@ -49,8 +54,9 @@
           cell.style.background = jobColor(name);
           cell.title = `${name} (node ${n}, GPU ${g})`;
           cell.dataset.job = name;
-          cell.textContent = name.slice(0, 3);
+          cell.textContent = key[name];
           cell.onclick = () => openJob(name);
+          highlightOn(cell, name);
         } else {
           cell.title = `free (node ${n}, GPU ${g})`;
         }
@@ -60,16 +66,28 @@
       return row;
     });
     $("cluster").replaceChildren(...rows);
+    $("cluster").classList.remove("focus");  // new cells: a highlight comes back when the pointer moves
     const used = holders.reduce((sum, h) => sum + h.length, 0);
     $("cluster-summary").textContent = `${used} of ${data.cluster.num_gpus} GPUs held, ${data.cluster.num_gpus - used} free`;
-    const legend = data.jobs.filter((j) => j.gpus > 0).map((j) => {
-      const item = make("span");
-      const swatch = make("span", null, "swatch");
-      swatch.style.background = jobColor(j.name);
-      item.append(swatch, `${j.name} (${j.gpus})`);
+    const gpusOf = Object.fromEntries(data.jobs.map((j) => [j.name, j.gpus]));
+    const legend = Object.entries(key).map(([name, number]) => {
+      const item = make("span", null, "link");
+      const swatch = make("span", number, "swatch key");
+      swatch.style.background = jobColor(name);
+      item.append(swatch, `${name} (${gpusOf[name]} GPU${gpusOf[name] === 1 ? "" : "s"})`);
+      item.onclick = () => openJob(name);
+      highlightOn(item, name);
       return item;
     });
     $("cluster-legend").replaceChildren(...legend);
+  }
+
+  function highlightOn(node, name) {
+    node.onmouseenter = () => {
+      $("cluster").classList.add("focus");
+      for (const cell of $("cluster").querySelectorAll(".gpu.held")) cell.classList.toggle("hl", cell.dataset.job === name);
+    };
+    node.onmouseleave = () => $("cluster").classList.remove("focus");
   }
 
   // -- jobs table ------------------------------------------------------------------------------------------------
@@ -104,16 +122,48 @@
     }
   }
 
-  function drawJobs(data) {
-    const { key, dir } = state.sort;
+  const STATUS_ORDER = ["running", "pending", "completed", "failed", "cancelled"];  // pollux.runtime.status
+  const group = (job) => (job.status === "running" ? 0 : job.status === "pending" ? 1 : 2);
+
+  // The status column sorts as a cluster is read: what runs, what waits (both in submission order, the queue's),
+  // then what ended, the latest first.
+  function byStatus(a, b) {
+    return group(a) - group(b) || (group(a) < 2 ? a.submitted_at - b.submitted_at : b.updated_at - a.updated_at)
+      || (a.name < b.name ? -1 : 1);
+  }
+
+  function byColumn(key) {
     const value = (job) => (key === "placement" ? job.placement.join("x") : job[key]);
-    const jobs = [...data.jobs].sort((a, b) => {
+    return (a, b) => {
       const x = value(a), y = value(b);
       if (x === y) return a.name < b.name ? -1 : 1;
       if (x === null || x === undefined) return 1;
       if (y === null || y === undefined) return -1;
-      return (x < y ? -1 : 1) * dir;
+      return x < y ? -1 : 1;
+    };
+  }
+
+  // The status filter: "all" or one status, a button each with its count (one that is chosen stays while empty).
+  function drawFilter(data) {
+    const counts = { all: data.jobs.length };
+    for (const job of data.jobs) counts[job.status] = (counts[job.status] || 0) + 1;
+    const shown = ["all", ...STATUS_ORDER].filter((s) => s === "all" || counts[s] || s === state.filter);
+    const buttons = shown.map((status) => {
+      const button = make("button", `${status} ${counts[status] || 0}`, status === state.filter ? "chip on" : "chip");
+      button.type = "button";
+      button.dataset.status = status;
+      button.setAttribute("aria-pressed", String(status === state.filter));
+      button.onclick = () => { state.filter = status; drawJobs(state.data); };
+      return button;
     });
+    $("jobs-filter").replaceChildren(...buttons);
+  }
+
+  function drawJobs(data) {
+    const { key, dir } = state.sort;
+    const compare = key === "status" ? byStatus : byColumn(key);
+    const jobs = data.jobs.filter((job) => state.filter === "all" || job.status === state.filter)
+      .sort((a, b) => compare(a, b) * dir);
     const head = make("tr");
     for (const [k, label, numeric] of COLUMNS) {
       const th = make("th", label, `sortable${numeric ? " num" : ""}${k === key ? " sorted" + (dir > 0 ? " up" : "") : ""}`);
@@ -124,15 +174,21 @@
     const rows = jobs.map((job) => {
       const tr = make("tr", null, "link");
       tr.dataset.job = job.name;
+      tr.dataset.status = job.status;
       for (const [k] of COLUMNS) tr.appendChild(cell(job, k));
       tr.onclick = () => openJob(job.name);
       return tr;
     });
+    if (!rows.length) {
+      const tr = make("tr");
+      const td = make("td", data.jobs.length ? `no ${state.filter} jobs` : "no jobs yet", "muted");
+      td.colSpan = COLUMNS.length;
+      tr.appendChild(td);
+      rows.push(tr);
+    }
     $("jobs-head").replaceChildren(head);
     $("jobs-body").replaceChildren(...rows);
-    const counts = {};
-    for (const job of data.jobs) counts[job.status] = (counts[job.status] || 0) + 1;
-    $("jobs-summary").textContent = Object.entries(counts).map(([s, n]) => `${n} ${s}`).join(", ") || "no jobs yet";
+    drawFilter(data);
   }
 
   // -- scheduler view -------------------------------------------------------------------------------------------
@@ -158,17 +214,24 @@
   // -- job page ---------------------------------------------------------------------------------------------------
   function openJob(name) { window.location.hash = `job/${encodeURIComponent(name)}`; }
 
+  // What is known of a job, in a line: a job that never reported (failed at launch, pending) has no batch or goodput.
+  function facts(job) {
+    const known = (v) => v !== null && v !== undefined;
+    return [
+      `${job.gpus} GPU(s)${job.placement.length ? " on " + job.placement.join("x") : ""}`,
+      known(job.batch_size) && `batch M=${job.batch_size} (m=${job.local_bsz}, s=${job.accum_steps})`,
+      known(job.goodput) && `goodput ${fixed(job.goodput, 1)}`,
+      known(job.efficiency) && `efficiency ${fixed(job.efficiency, 2)}`,
+      `${job.restarts} restart(s)`, `age ${age(job.age_s)}`, note(job),
+    ].filter(Boolean);
+  }
+
   async function drawJob(name) {
     const detail = await getJson(`/v1/dashboard/jobs/${encodeURIComponent(name)}`);
     const job = detail.job, now = state.data ? state.data.now : job.submitted_at + job.age_s;
     const x = since(now);
     $("job-title").textContent = job.name;
-    $("job-summary").replaceChildren(
-      make("span", job.status, `status ${job.status}`),
-      ` ${job.gpus} GPU(s) ${job.placement.length ? "on " + job.placement.join("x") : ""} · batch M=${job.batch_size ?? "–"}` +
-      ` (m=${job.local_bsz ?? "–"}, s=${job.accum_steps ?? "–"}) · goodput ${fixed(job.goodput, 1)}` +
-      ` · efficiency ${fixed(job.efficiency, 2)} · ${job.restarts} restart(s) · age ${age(job.age_s)}` +
-      (note(job) ? ` · ${note(job)}` : ""));
+    $("job-summary").replaceChildren(make("span", job.status, `status ${job.status}`), ` ${facts(job).join(" · ")}`);
     const s = detail.samples;
     lineChart($("job-goodput"), [{ name: "goodput", points: s.map((p) => [x(p[0]), p[5]]) }],
       { ...TIME_AXIS, yLabel: "goodput", title: "goodput", empty: "no goodput model yet" });
@@ -208,7 +271,7 @@
       const data = await getJson("/v1/dashboard");
       state.data = data;
       data.jobs.forEach((job, i) => { state.order[job.name] = i; });  // rows come in submission order
-      $("meta").textContent = `policy ${data.policy} · ${data.backend} · ${data.jobs.length} job(s) · round ${data.rounds_run} · updated ${clock(data.now)}`;
+      $("meta").textContent = `policy ${data.policy} · ${data.backend} backend · ${data.jobs.length} job(s) · round ${data.rounds_run} · updated ${clock(data.now)}`;
       if (state.job === null) {
         drawCluster(data);
         drawJobs(data);

@@ -2,9 +2,8 @@
 "use strict";
 (() => {
   const data = JSON.parse(document.getElementById("data").textContent);
-  const { lineChart, cdf, hours, PALETTE } = PolluxCharts;
+  const { lineChart, cdf, hours } = PolluxCharts;
   const $ = (id) => document.getElementById(id);
-  const colorOf = Object.fromEntries(data.policies.map((p, i) => [p.policy, PALETTE[i % PALETTE.length]]));
   const make = (tag, text, className) => {
     const node = document.createElement(tag);
     if (text !== undefined) node.textContent = String(text);
@@ -12,32 +11,30 @@
     return node;
   };
 
+  // The table as `pollux simulate` prints it (cells, order and colours come made from pollux.sim.table and
+  // pollux.sim.palette), what each column means under it; every chart's legend follows its order.
   $("meta").textContent = data.title;
-  const safe = (format) => (s) => { try { return format(s); } catch (error) { return "–"; } };  // null: undefined metric
-  const columns = [
-    ["avg JCT h", (s) => (s.avg_jct_s / 3600).toFixed(2)], ["median h", (s) => (s.median_jct_s / 3600).toFixed(2)],
-    ["p99 h", (s) => (s.p99_jct_s / 3600).toFixed(2)], ["makespan h", (s) => (s.makespan_s / 3600).toFixed(1)],
-    ["queue h", (s) => (s.avg_queueing_s / 3600).toFixed(2)], ["GPU util", (s) => `${(s.gpu_utilization * 100).toFixed(0)}%`],
-    ["restarts", (s) => s.avg_restarts.toFixed(1)], ["ρ>1", (s) => `${(s.unfair_share * 100).toFixed(0)}%`],
-    ["worst ρ", (s) => s.worst_fairness.toFixed(1)], ["jobs done", (s) => `${s.jobs_finished}/${s.jobs}`],
-  ];
   const head = make("tr");
   head.appendChild(make("th", "policy"));
-  for (const [label] of columns) head.appendChild(make("th", label, "num"));
+  for (const column of data.columns) {
+    const th = make("th", column.label, "num");
+    th.title = column.meaning;
+    head.appendChild(th);
+  }
   $("summary-head").appendChild(head);
-  const ranked = [...data.policies].sort((a, b) => a.summary.avg_jct_s - b.summary.avg_jct_s);
-  for (const p of ranked) {
+  for (const p of data.policies) {
     const tr = make("tr");
     const name = make("td");
     const swatch = make("span", undefined, "swatch");
-    swatch.style.background = colorOf[p.policy];
+    swatch.style.background = p.color;
     name.append(swatch, p.policy);
     tr.appendChild(name);
-    for (const [, format] of columns) tr.appendChild(make("td", safe(format)(p.summary), "num"));
+    for (const cell of p.cells) tr.appendChild(make("td", cell, "num"));
     $("summary-body").appendChild(tr);
   }
+  $("summary-notes").replaceChildren(...data.columns.flatMap((c) => [make("dt", c.label), make("dd", c.meaning)]));
 
-  const per = (f) => data.policies.map((p) => ({ name: p.policy, color: colorOf[p.policy], step: true, points: f(p) }));
+  const per = (f) => data.policies.map((p) => ({ name: p.policy, color: p.color, step: true, points: f(p) }));
   lineChart($("jct-cdf"), per((p) => cdf(p.jct_s.map(hours))),
     { logX: true, xLabel: "job completion time (hours, log scale)", yLabel: "fraction of jobs", yMin: 0, yMax: 1, title: "JCT CDF" });
   lineChart($("fairness"), per((p) => cdf(p.fairness)),

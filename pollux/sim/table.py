@@ -1,0 +1,81 @@
+"""The policies' comparison table, one definition for the table `pollux simulate` prints and the one in report.html:
+its columns, what each means (printed under the table in both, so "ρ>1" or "queue h" is explained where it is
+shown), its cells, and its order, best average JCT first, which every legend of the plots and the report follows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from pollux.sim.run import SimResult
+
+HOUR_S = 3600.0
+MISSING = "–"  # an undefined metric (no job finished, no fairness measured)
+
+
+@dataclass(frozen=True)
+class Column:
+    label: str
+    meaning: str
+    cell: Callable[[SimResult], str]
+
+
+def _metric(key: str, format_spec: str, scale: float = 1.0) -> Callable[[SimResult], str]:
+    def cell(result: SimResult) -> str:
+        value = result.summary.get(key, math.nan)
+        return format(value / scale, format_spec) if math.isfinite(value) else MISSING
+
+    return cell
+
+
+COLUMNS = (
+    Column("avg JCT h", "mean job completion time (submission to finish), hours", _metric("avg_jct_s", ".2f", HOUR_S)),
+    Column("median h", "median job completion time, hours", _metric("median_jct_s", ".2f", HOUR_S)),
+    Column("p99 h", "99th percentile of job completion time, hours", _metric("p99_jct_s", ".2f", HOUR_S)),
+    Column("makespan h", "simulated time until the last job finished, hours", _metric("makespan_s", ".1f", HOUR_S)),
+    Column(
+        "queue h",
+        "mean time a job spent without GPUs (its JCT minus its running time), hours",
+        _metric("avg_queueing_s", ".2f", HOUR_S),
+    ),
+    Column("GPU util", "mean share of the GPUs held, over the rounds with any job", _metric("gpu_utilization", ".0%")),
+    Column(
+        "restarts",
+        "mean restarts per job after its first start (each costs the restart delay)",
+        _metric("avg_restarts", ".1f"),
+    ),
+    Column(
+        "ρ>1",
+        "share of jobs that finished later than alone on a fair 1/J share of the cluster (finish-time "
+        "fairness ρ = JCT / JCT alone, Themis; J: jobs active meanwhile)",
+        _metric("unfair_share", ".0%"),
+    ),
+    Column("worst ρ", "the largest ρ: how much worse off the worst-treated job was", _metric("worst_fairness", ".1f")),
+)
+AUTOSCALE_COLUMNS = (
+    Column(
+        "node-h",
+        "node-hours billed, booting included, first submission to last completion",
+        _metric("node_hours", ".0f"),
+    ),
+    Column("nodes", "mean nodes billed", _metric("nodes_mean", ".1f")),
+)
+WALL = Column(
+    "wall s",
+    "seconds this machine took to simulate the policy, as its progress bar counts them (loading the job "
+    "models and waiting for a free process not included)",
+    lambda result: f"{result.wall_s:.1f}",
+)
+
+
+def columns_of(results: Sequence[SimResult]) -> tuple[Column, ...]:
+    """The table's columns after the policy's name (node columns where a run autoscaled)."""
+    autoscaled = any("node_hours" in r.summary for r in results)
+    return (*COLUMNS, *(AUTOSCALE_COLUMNS if autoscaled else ()), WALL)
+
+
+def in_table_order(results: Sequence[SimResult]) -> list[SimResult]:
+    """Best (lowest) average JCT first, a policy with none (no job finished) last; ties keep the given order."""
+    return sorted(results, key=lambda r: (not math.isfinite(r.summary["avg_jct_s"]), r.summary["avg_jct_s"]))
