@@ -321,16 +321,14 @@ def submit(
     refused = 0
     for path in _spec_files(specs):
         try:
-            row = client.submit(path) if not path.is_dir() else None
+            if path.is_dir():
+                raise PolluxError("no *.toml spec in this folder")
+            row = client.submit(path)
         except SchedulerDownError:
             raise
         except PolluxError as error:
-            message = str(error)
+            message = str(error)  # a spec's own errors name its file already
             print_error(PolluxError(message if message.startswith(str(path)) else f"{path}: {message}"))
-            refused += 1
-            continue
-        if row is None:
-            print_error(PolluxError(f"{path}: no *.toml spec in this folder"))
             refused += 1
             continue
         plain_console().print(f"submitted {row['name']} ({row['status']})", soft_wrap=True)
@@ -370,7 +368,7 @@ def _statuses(option: str) -> set[str]:
     return wanted
 
 
-PIPE_WIDTH = 200  # `pollux ls` into a pipe or a file without $COLUMNS: whole rows for grep, one line per job
+PIPE_WIDTH = 200  # `pollux ls` into a pipe or a file: whole rows for grep, still one short line per job
 
 
 def ls(
@@ -399,7 +397,7 @@ def ls(
         print(json.dumps(answer))
         return
     console = plain_console()
-    if not console.is_terminal and not os.environ.get("COLUMNS"):
+    if not console.is_terminal:
         console = plain_console(width=PIPE_WIDTH)
     if job is not None:
         console.print(history_table(answer))

@@ -4,10 +4,16 @@ specs in one call."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import pty
+import re
+import struct
 import subprocess
 import sys
+import termios
 import textwrap
 from pathlib import Path
 
@@ -25,13 +31,28 @@ pytestmark = pytest.mark.e2e  # real processes: run by `make test`; `pytest -m "
 LONG_ERROR = "exit 1\n" + "\n".join(f"[rank 0] Traceback line {i} " + "word " * 60 for i in range(10))
 
 
-def pollux(*args: str, columns: int | None = None) -> subprocess.CompletedProcess[str]:
-    """The command as a user runs it, its output piped (not a terminal), with $COLUMNS if given."""
-    env = {key: value for key, value in os.environ.items() if key != "COLUMNS"}
-    if columns is not None:
-        env["COLUMNS"] = str(columns)
+def pollux(*args: str) -> subprocess.CompletedProcess[str]:
+    """The command as a script runs it: its output piped, not a terminal."""
     command = [sys.executable, "-m", "pollux", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO)
+
+
+def in_terminal(*args: str, columns: int) -> str:
+    """The command's output in a terminal `columns` wide (a pseudo-terminal, as a person's shell gives it)."""
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {**os.environ, "COLUMNS": str(columns), "TERM": "xterm"}
+    with subprocess.Popen(
+        [sys.executable, "-m", "pollux", *args], stdout=terminal, stderr=subprocess.DEVNULL, cwd=REPO, env=env
+    ) as process:
+        os.close(terminal)
+        out = b""
+        with contextlib.suppress(OSError):  # EIO once the command's end closed the terminal
+            while chunk := os.read(controller, 65536):
+                out += chunk
+        assert process.wait(120) == 0
+    os.close(controller)
+    return re.sub(r"\x1b\[[0-9;]*m", "", out.decode()).replace("\r\n", "\n")  # without styles, as it reads
 
 
 def stored_jobs(state: Path, counter_job: Path) -> StateStore:
@@ -51,10 +72,9 @@ def stored_jobs(state: Path, counter_job: Path) -> StateStore:
 def test_ls_fits_80_columns_filters_by_status_and_prints_json_without_a_scheduler(tmp_path, counter_job):
     state = tmp_path / "state"
     stored_jobs(state, counter_job).close()
-    listing = pollux("ls", "--state-dir", str(state), columns=80)
-    assert listing.returncode == 0, listing.stderr
-    lines = listing.stdout.splitlines()
-    assert len(lines) == 1 + 5 and all(len(line) <= 80 for line in lines), listing.stdout
+    listing = in_terminal("ls", "--state-dir", str(state), columns=80)
+    lines = listing.splitlines()
+    assert len(lines) == 1 + 5 and all(len(line) <= 80 for line in lines), listing
     rows = {line.split()[0]: line.split()[1] for line in lines[1:]}
     assert rows == {
         "done": "completed",
@@ -63,11 +83,11 @@ def test_ls_fits_80_columns_filters_by_status_and_prints_json_without_a_schedule
         "busy": "running",
         "stopped": "cancelled",
     }
-    assert "exit 1: [rank 0] T…" in listing.stdout  # a long name leaves the note little room, but some
-    piped = pollux("ls", "--state-dir", str(state))  # into a pipe, no $COLUMNS: one short line per job all the same
-    assert len(piped.stdout.splitlines()) == 6 and max(map(len, piped.stdout.splitlines())) <= 200, piped.stdout
-    detail = pollux("ls", "broken-with-a-long-name", "--state-dir", str(state), columns=80)
-    assert LONG_ERROR.splitlines()[-1].strip() in detail.stdout  # `ls NAME` shows the error whole
+    assert "exit 1: [rank 0] T…" in listing  # a long name leaves the note little room, but some
+    piped = pollux("ls", "--state-dir", str(state)).stdout  # into a pipe: one short line per job all the same
+    assert len(piped.splitlines()) == 6 and max(map(len, piped.splitlines())) <= 200, piped
+    detail = in_terminal("ls", "broken-with-a-long-name", "--state-dir", str(state), columns=80)
+    assert LONG_ERROR.splitlines()[-1].strip() in detail  # `ls NAME` shows the error whole
     filtered = json.loads(pollux("ls", "--status", "running,pending", "--json", "--state-dir", str(state)).stdout)
     assert [(job["name"], job["status"], job["gpus"], job["restarts"]) for job in filtered] == [
         ("waiting", "pending", 0, 0),
