@@ -168,6 +168,14 @@ def cancel_job(request: Request) -> Response:
     return _json(job_row(service, service.cancel(request.path_params["name"]), now))
 
 
+def remove_job(request: Request) -> Response:
+    """Remove a finished job (completed, failed or cancelled) so that its name can be used again; its history stays
+    in the store's events. Answers its name and final status; a job that may still run is refused (cancel it)."""
+    service = _api(request).service
+    name = request.path_params["name"]
+    return _json({"name": name, "status": service.remove(name)})
+
+
 def shutdown(request: Request) -> Response:
     """Stop the service (202); jobs checkpoint and resume at the next `pollux up`."""
     _api(request).service.request_shutdown()
@@ -237,6 +245,7 @@ ROUTE_TABLE: list[BaseRoute] = [
     Route("/v1/jobs/{name}", show_job, methods=["GET"]),
     Route("/v1/jobs/{name}/logs", job_logs, methods=["GET"]),
     Route("/v1/jobs/{name}/cancel", cancel_job, methods=["POST"]),
+    Route("/v1/jobs/{name}/remove", remove_job, methods=["POST"]),
     Route("/v1/shutdown", shutdown, methods=["POST"]),
     Route("/v1/dashboard", dashboard, methods=["GET"]),
     Route("/v1/dashboard/jobs/{name}", dashboard_job, methods=["GET"]),

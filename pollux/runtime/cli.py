@@ -1,4 +1,4 @@
-"""`pollux up | submit | ls | logs | cancel | down | dashboard`: run the scheduler service and talk to it.
+"""`pollux up | submit | ls | logs | cancel | rm | down | dashboard`: run the scheduler service and talk to it.
 
 The service and its clients meet in a state directory (`--state-dir`, else `$POLLUX_STATE_DIR`, else
 `$XDG_STATE_HOME/pollux` = `~/.local/state/pollux`): the SQLite state, the token (0600), the endpoint, per-job logs,
@@ -10,23 +10,23 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import ipaddress
+import json
 import logging
 import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, TextIO
 
 import typer
-from rich.table import Table
 
 from pollux.cluster import Cluster
-from pollux.console import plain_console
+from pollux.console import plain_console, print_error
 from pollux.defaults import LEASE_MIN_RUN_S, RESTART_DELAY_S, ROUND_INTERVAL_S, STOP_GRACE_S
-from pollux.errors import SchedulerDownError, ServiceError
+from pollux.errors import PolluxError, SchedulerDownError, ServiceError
 from pollux.option_bounds import bounds
 
 StateDirOption = Annotated[
@@ -299,30 +299,41 @@ def _client(state_dir: Path | None) -> Any:
     return Client(state_dir_of(state_dir))
 
 
+def _spec_files(paths: list[Path]) -> list[Path]:
+    """The spec files named: a file as it is, a folder as every `*.toml` in it, sorted (an empty folder as itself,
+    refused when submitted)."""
+    files: list[Path] = []
+    for path in paths:
+        found = sorted(path.glob("*.toml")) if path.is_dir() else []
+        files.extend(found or [path])
+    return files
+
+
 def submit(
-    spec: Annotated[Path, typer.Argument(help="A TOML job spec (see pollux/runtime/spec.py).")],
+    specs: Annotated[
+        list[Path], typer.Argument(help="TOML job specs, or folders of them (every *.toml in one, sorted).")
+    ],
     state_dir: StateDirOption = None,
 ) -> None:
-    """Submit a job; a bad spec is refused with the field and the fix."""
-    row = _client(state_dir).submit(spec)
-    plain_console().print(f"submitted {row['name']} ({row['status']})", soft_wrap=True)
-
-
-def _age(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
-
-
-def _note(row: dict[str, Any]) -> str:
-    """Why a pending job waits, else how the job last crashed: the error's first line (`exit 3`) and its last, the
-    log's final words (the exception), which the first alone never shows."""
-    if row["reason"]:
-        return str(row["reason"])
-    lines = [line for line in (row["last_error"] or "").splitlines() if line.strip()]
-    return ": ".join(lines[:1] + lines[1:][-1:])  # "", the only line, or first: last
+    """Submit jobs, one per spec file. A bad spec is refused with its file, the field and the fix, and the others are
+    still submitted (each on its own: there is no all-or-nothing); the exit code is 2 if any was refused."""
+    client = _client(state_dir)
+    refused = 0
+    for path in _spec_files(specs):
+        try:
+            if path.is_dir():
+                raise PolluxError("no *.toml spec in this folder")
+            row = client.submit(path)
+        except SchedulerDownError:
+            raise
+        except PolluxError as error:
+            message = str(error)  # a spec's own errors name its file already
+            print_error(PolluxError(message if message.startswith(str(path)) else f"{path}: {message}"))
+            refused += 1
+            continue
+        plain_console().print(f"submitted {row['name']} ({row['status']})", soft_wrap=True)
+    if refused:
+        raise typer.Exit(2)
 
 
 def _listing(directory: Path, job: str | None) -> Any:
@@ -345,57 +356,84 @@ def _listing(directory: Path, job: str | None) -> Any:
         return stored_jobs(database, time.time()) if job is None else stored_job(database, job, time.time())
 
 
+def _statuses(option: str) -> set[str]:
+    """`--status running,pending` as a set, every name checked."""
+    from pollux.runtime.status import JobStatus
+
+    wanted = {part.strip() for part in option.split(",") if part.strip()}
+    known = [status.value for status in JobStatus]
+    unknown = sorted(wanted - set(known))
+    if unknown or not wanted:
+        raise PolluxError(f"--status {option!r}: expected statuses among {', '.join(known)}, comma-separated")
+    return wanted
+
+
+PIPE_WIDTH = 200  # `pollux ls` into a pipe or a file: whole rows for grep, still one short line per job
+
+
 def ls(
-    job: Annotated[str | None, typer.Argument(help="Show this job's status history instead of the table.")] = None,
+    job: Annotated[str | None, typer.Argument(help="Show this job's note and status history instead.")] = None,
+    status: Annotated[
+        str | None,
+        typer.Option(help="Only jobs in these statuses, comma-separated (pending,running,completed,failed,cancelled)."),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print JSON for scripts: a list of jobs (with NAME: the one job).")
+    ] = False,
     state_dir: StateDirOption = None,
 ) -> None:
-    """List jobs: status, GPUs and placement, batch size, goodput, restarts, age (or one job's history). Works while
-    the scheduler is down too: the jobs are then read from its database."""
+    """List jobs, one line each: status, GPUs and placement, batch size, epoch, goodput, restarts, age and a note
+    cut to the line (or one job's whole note and history). Works while the scheduler is down too: the jobs are then
+    read from its database."""
+    from pollux.runtime.listing import history_table, job_table
+
+    if status is not None and job is not None:
+        raise PolluxError("--status filters the list of jobs; drop it to show one job by name")
+    wanted = _statuses(status) if status is not None else None
     answer = _listing(state_dir_of(state_dir), job)
-    console = plain_console()
-    if not console.is_terminal:  # piped into grep or a file: whole rows, never "digit…"
-        console = plain_console(width=240)
-    if job is not None:
-        detail = answer
-        table = Table(title=f"{job}: {detail['status']}, {detail['restarts']} restart(s)")
-        for column in ("at", "status", "reason"):
-            table.add_column(column)
-        for entry in detail["history"]:
-            table.add_row(time.strftime("%H:%M:%S", time.localtime(entry["at"])), entry["status"], entry["reason"])
-        console.print(table)
-        if detail.get("last_error"):
-            console.print(f"last error:\n{detail['last_error']}", soft_wrap=True)
+    if wanted is not None:
+        answer = [row for row in answer if row["status"] in wanted]
+    if as_json:
+        print(json.dumps(answer))
         return
-    table = Table()
-    for column in (
-        "job",
-        "status",
-        "GPUs",
-        "type",
-        "placement",
-        "batch",
-        "epoch",
-        "goodput",
-        "restarts",
-        "age",
-        "note",
-    ):
-        table.add_column(column, justify="left" if column in ("job", "status", "note") else "right")
-    for row in answer:
-        table.add_row(
-            row["name"],
-            row["status"],
-            str(row["gpus"]),
-            row.get("gpu_type") or "-",
-            "x".join(map(str, row["placement"])) or "-",
-            "-" if row["batch_size"] is None else str(row["batch_size"]),
-            "-" if row["epoch"] is None else str(row["epoch"]),
-            "-" if row["goodput"] is None else f"{row['goodput']:.1f}",
-            str(row["restarts"]),
-            _age(row["age_s"]),
-            _note(row),
+    console = plain_console()
+    if not console.is_terminal:
+        console = plain_console(width=PIPE_WIDTH)
+    if job is not None:
+        console.print(history_table(answer))
+        if answer["reason"]:
+            console.print(f"note: {answer['reason']}", soft_wrap=True)
+        if answer.get("last_error"):
+            console.print(f"last error:\n{answer['last_error']}", soft_wrap=True)
+        return
+    table, width = job_table(answer, console.width)
+    (console if width <= console.width else plain_console(width=width)).print(table)
+
+
+@contextlib.contextmanager
+def _job_log(directory: Path, job: str) -> Iterator[tuple[Callable[[], str], Callable[[str, bool], tuple[str, str]]]]:
+    """How `logs` reads a job: (its status, its log since a cursor), from the service, or with none running, from
+    the state directory (the rank files are there, written by the workers themselves), with a note on stderr."""
+    from pollux.runtime.client import Client
+
+    try:
+        client = Client(directory)
+        client.job(job)
+    except SchedulerDownError as error:
+        if not (directory / "state.db").is_file():
+            raise
+        from pollux.runtime.snapshot import StoredLog
+
+        stored = StoredLog(directory, job)
+        plain_console(stderr=True).print(
+            f"note: the scheduler is not running ({error}); reading the logs in {stored.log_dir}", soft_wrap=True
         )
-    console.print(table)
+        try:
+            yield stored.status, stored.read
+        finally:
+            stored.close()
+        return
+    yield (lambda: str(client.job(job)["status"])), (lambda cursor, partial: client.logs(job, cursor, partial=partial))
 
 
 def logs(
@@ -403,18 +441,21 @@ def logs(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
     state_dir: StateDirOption = None,
 ) -> None:
-    """Print a job's log (every worker's lines, prefixed with its rank)."""
-    client = _client(state_dir)
-    cursor = ""
-    while True:
-        finished = client.job(job)["status"] in ("completed", "failed", "cancelled")
-        text, cursor = client.logs(job, cursor, partial=finished or not follow)
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        if finished or not follow:
-            return
-        if not text:
-            time.sleep(1.0)
+    """Print a job's log: every worker's lines in the order they were written, each prefixed with its rank. Works
+    while the scheduler is down too (the workers write their logs into the state directory themselves)."""
+    from pollux.runtime.status import FINAL
+
+    with _job_log(state_dir_of(state_dir), job) as (job_status, read):
+        cursor = ""
+        while True:
+            finished = job_status() in FINAL
+            text, cursor = read(cursor, finished or not follow)
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            if finished or not follow:
+                return
+            if not text:
+                time.sleep(1.0)
 
 
 def cancel(job: Annotated[str, typer.Argument(help="Job name.")], state_dir: StateDirOption = None) -> None:
@@ -449,6 +490,44 @@ def down(
     raise ServiceError(f"the scheduler did not stop within {timeout:.0f} s; its log: {client.state_dir}/scheduler.log")
 
 
+def rm(
+    jobs: Annotated[list[str], typer.Argument(help="Names of finished jobs (completed, failed or cancelled).")],
+    state_dir: StateDirOption = None,
+) -> None:
+    """Remove finished jobs so that their names can be used again: their state folders (logs, report, default
+    checkpoints) are deleted, their history stays in the state database's events. A pending or running job is
+    refused: cancel it first. Works while the scheduler is down too."""
+    directory = state_dir_of(state_dir)
+    try:
+        remove = _client(directory).remove
+    except SchedulerDownError:
+        if not (directory / "state.db").is_file():
+            raise
+        with exclusive(directory):  # no service may start meanwhile
+            from pollux.runtime.snapshot import remove_stored
+
+            _remove_each(jobs, lambda name: remove_stored(directory, name))
+        return
+    _remove_each(jobs, remove)
+
+
+def _remove_each(jobs: list[str], remove: Callable[[str], dict[str, Any]]) -> None:
+    """Remove every job named, each on its own: one refused is said in one line, the others still go (exit 2)."""
+    refused = 0
+    for name in jobs:
+        try:
+            removed = remove(name)
+        except SchedulerDownError:
+            raise
+        except PolluxError as error:
+            print_error(error)
+            refused += 1
+            continue
+        plain_console().print(f"removed {removed['name']} ({removed['status']})", soft_wrap=True)
+    if refused:
+        raise typer.Exit(2)
+
+
 def dashboard(
     no_open: Annotated[bool, typer.Option("--no-open", help="Only print the one-time link; open no browser.")] = False,
     state_dir: StateDirOption = None,
@@ -465,5 +544,5 @@ def dashboard(
 
 def register(app: typer.Typer) -> None:
     """Add the runtime's commands to the `pollux` application."""
-    for command in (up, submit, ls, logs, cancel, down, dashboard):
+    for command in (up, submit, ls, logs, cancel, rm, down, dashboard):
         app.command(command.__name__)(command)

@@ -144,6 +144,10 @@ class Client:
     def cancel(self, name: str) -> dict[str, Any]:
         return self.request("POST", f"/v1/jobs/{name}/cancel")
 
+    def remove(self, name: str) -> dict[str, Any]:
+        """Remove a finished job (`pollux.runtime.removal`); its name and final status."""
+        return self.request("POST", f"/v1/jobs/{name}/remove")
+
     def shutdown(self) -> None:
         self.request("POST", "/v1/shutdown")
 

@@ -93,6 +93,11 @@ class JobLifecycle:
     def job(self, name: str) -> JobLoopState:
         return self._jobs.setdefault(name, JobLoopState())
 
+    def forget(self, name: str) -> None:
+        """Drop what the loop knows of a removed job (its spec above all): a new job may take its name."""
+        self._jobs.pop(name, None)
+        self._specs.pop(name, None)
+
     def reason(self, name: str) -> str:
         job = self._jobs.get(name)
         return job.reason if job else ""

@@ -24,7 +24,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -32,7 +32,7 @@ from pollux.cluster import Cluster, NodeGroup, num_nodes_used
 from pollux.defaults import STOP_GRACE_S
 from pollux.errors import LaunchError, SpecError, UnknownJobError
 from pollux.runtime.gpu_types import CPU_SLOT_TYPE, UNKNOWN_GPU_TYPE, type_from_device_name
-from pollux.runtime.joblog import open_rank_log
+from pollux.runtime.joblog import RankLog, open_rank_log, wait_written
 from pollux.runtime.launcher import LaunchRequest, WorkerInfo
 from pollux.runtime.processes import (
     GroupExit,
@@ -126,6 +126,7 @@ class _Group:
     workers: list[WorkerInfo]
     slots: list[int]
     exit: GroupExit
+    logs: list[RankLog] = field(default_factory=list)  # until their last lines are written, after the exit
 
     def running(self) -> bool:
         return any(p.poll() is None for p in self.procs)
@@ -247,12 +248,13 @@ class LocalLauncher:
                 cuda_visible_devices=self._devices[slot],
             )
             try:
-                log_fd = open_rank_log(request.log_dir, rank, n, self._host)
+                log = open_rank_log(request.log_dir, rank, n, self._host)
             except OSError as exc:
                 self._abort(group)
                 raise LaunchError(f"job {request.job}: cannot write its log in {request.log_dir} ({exc})") from exc
+            group.logs.append(log)
             try:
-                self._start_worker(group, request, command, env, log_fd, lock_fd)
+                self._start_worker(group, request, command, env, log.fd, lock_fd)
             except (OSError, subprocess.SubprocessError) as exc:
                 self._abort(group)
                 transient = isinstance(exc, OSError) and exc.errno in (errno.EAGAIN, errno.ENOMEM)  # out of processes
@@ -322,7 +324,11 @@ class LocalLauncher:
                 self._kill_running(group)
                 self._wait(group, _CRASH_KILL_WAIT_S)
                 self._collect(group)
-            return group.exit.settle()
+            code = group.exit.settle()
+            if code is not None and group.logs:  # once: the workers' last lines in their files before anyone reads
+                wait_written(group.logs)
+                group.logs.clear()
+            return code
 
     def stop(self, job: str) -> None:
         """SIGTERM each worker (not its group: the agent checkpoints, then ends its own helpers); returns at once."""
@@ -414,10 +420,11 @@ class LocalLauncher:
                 proc.wait(max(deadline - time.monotonic(), 0.0))
 
     def _abort(self, group: _Group) -> None:
-        """Undo a launch that failed half-way: kill and collect the workers already started."""
+        """Undo a launch that failed half-way: kill and collect the workers already started, and their stampers."""
         self._kill_running(group)
         for proc in group.procs:
             proc.wait()
+        wait_written(group.logs)
 
     def _drop(self, job: str) -> None:
         self._groups.pop(job)

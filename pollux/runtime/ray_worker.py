@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pollux.errors import LaunchError
-from pollux.runtime.joblog import open_rank_log
+from pollux.runtime.joblog import RankLog, open_rank_log, wait_written
 from pollux.runtime.processes import die_with_parent, exit_code, process_start_ticks, resolve_command, worker_env
 
 KILL_WAIT_S = 2.0  # how long an actor waits for its SIGKILLed worker to be collected
@@ -46,6 +46,7 @@ class WorkerActor:
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
+        self._log: RankLog | None = None  # until the worker's last lines are written, after it exits
 
     def where(self) -> tuple[str, str]:
         """This actor's Ray node id and IP address."""
@@ -72,7 +73,7 @@ class WorkerActor:
             return WorkerStarted(error=str(exc))
         argv, preexec_fn = die_with_parent(resolved)
         try:
-            log_fd = open_rank_log(Path(log_dir), wiring["rank"], wiring["world_size"], socket.gethostname())
+            self._log = open_rank_log(Path(log_dir), wiring["rank"], wiring["world_size"], socket.gethostname())
         except OSError as exc:
             return WorkerStarted(error=f"cannot write its log in {log_dir} ({exc})")
         try:
@@ -81,7 +82,7 @@ class WorkerActor:
                 cwd=cwd,
                 env=full_env,
                 stdin=subprocess.DEVNULL,
-                stdout=log_fd,
+                stdout=self._log.fd,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 preexec_fn=preexec_fn,
@@ -89,13 +90,17 @@ class WorkerActor:
         except (OSError, subprocess.SubprocessError) as exc:
             return WorkerStarted(error=f"cannot start {resolved[0]!r}: {exc}")
         finally:
-            os.close(log_fd)
+            os.close(self._log.fd)
         return WorkerStarted(pid=self._proc.pid, start_ticks=process_start_ticks(self._proc.pid) or 0)
 
     def poll(self) -> int | None:
-        """None while the worker runs, then its exit code (a signal s as 128 + s)."""
+        """None while the worker runs, then its exit code (a signal s as 128 + s), once its last lines are in its
+        log."""
         if self._proc is None or self._proc.poll() is None:
             return None
+        if self._log is not None:
+            wait_written([self._log])
+            self._log = None
         return exit_code(self._proc.returncode)
 
     def terminate(self) -> None:

@@ -85,6 +85,12 @@ class ReportCache:
         )
         self.store.record_sample(name, sample)
 
+    def forget(self, name: str) -> None:
+        """Drop a removed job's report: a new job may take its name."""
+        self._mtimes.pop(name, None)
+        self._read.pop(name, None)
+        self._stored.pop(name, None)
+
     def report(self, name: str) -> JobReport | None:
         """The job's last report: in memory, or from the store after a restart (read once: only this process's loop
         stores reports, and a report it reads takes the place of the stored one)."""

@@ -38,9 +38,10 @@ from pollux.runtime.backend import RuntimeBackend
 from pollux.runtime.config import ServiceConfig, make_runtime_policy
 from pollux.runtime.launcher import Launcher
 from pollux.runtime.lifecycle import JobLifecycle
+from pollux.runtime.removal import remove_job
 from pollux.runtime.reports import ReportCache
 from pollux.runtime.spec import JobSpec, check_gpu_types
-from pollux.runtime.status import JobEvent
+from pollux.runtime.status import JobEvent, JobStatus
 from pollux.runtime.store import JobState, RoundRecord, StateStore
 
 if TYPE_CHECKING:
@@ -128,6 +129,14 @@ class Service:
         state = self.store.request_cancel(name, self.clock())
         self._wake()
         return state
+
+    def remove(self, name: str) -> JobStatus:
+        """Remove a finished job so that its name can be used again (`pollux.runtime.removal`); its final status.
+        The loop no longer touches a finished job, so what it knew of it is dropped here."""
+        status = remove_job(self.store, self.config, name, self.clock())
+        self.lifecycle.forget(name)
+        self.reports.forget(name)
+        return status
 
     def request_shutdown(self) -> None:
         """Stop the loop: running jobs checkpoint and wait, pending, for the next `pollux up`."""

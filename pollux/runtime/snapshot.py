@@ -1,5 +1,5 @@
-"""What `pollux ls` shows while no scheduler runs, read straight from the state database: the jobs outlive the
-service (docs/design.md, "The runtime"), so listing them must not need it.
+"""What `pollux ls` and `pollux logs` show, and what `pollux rm` does, while no scheduler runs, straight in the state
+directory: the jobs outlive the service (docs/design.md, "The runtime"), so reading or removing them must not need it.
 
 The rows come from the API's own `job_row` (`pollux.runtime.views`), so both views print the same columns the same
 way; only a live service's word is missing, and a pending job's note is then the reason stored with its last status
@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Any, cast
 
 from pollux.agent.report import JobReport
+from pollux.runtime import joblog
+from pollux.runtime.config import ServiceConfig
+from pollux.runtime.removal import remove_job
 from pollux.runtime.service import Service
 from pollux.runtime.store import StateStore
 from pollux.runtime.views import job_row
@@ -50,5 +53,40 @@ def stored_job(database: Path, name: str, now: float) -> dict[str, Any]:
             "history": [{"at": at, "status": s, "reason": r} for at, s, r in store.history(name)],
             "report": store.report(name),
         }
+    finally:
+        store.close()
+
+
+class StoredLog:
+    """A job's status and rank logs read from its state directory (`pollux logs`): the workers write their logs
+    there themselves, so they are whole whether a scheduler runs or not."""
+
+    def __init__(self, state_dir: Path, name: str) -> None:
+        config = ServiceConfig(state_dir)
+        self.store = StateStore(config.database)
+        try:
+            self.name = self.store.job(name).name  # an unknown name is refused, as the API refuses it
+        except BaseException:
+            self.store.close()
+            raise
+        self.log_dir = config.log_dir(name)
+
+    def status(self) -> str:
+        return str(self.store.job(self.name).status)
+
+    def read(self, cursor: str, partial: bool) -> tuple[str, str]:
+        """`joblog.read_merged`: the lines since `cursor`, in time order, and the cursor after them."""
+        return joblog.read_merged(self.log_dir, cursor, partial=partial)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def remove_stored(state_dir: Path, name: str) -> dict[str, Any]:
+    """`POST /v1/jobs/NAME/remove` without a service (`pollux.runtime.removal`); the caller holds the state dir."""
+    config = ServiceConfig(state_dir)
+    store = StateStore(config.database)
+    try:
+        return {"name": name, "status": remove_job(store, config, name)}
     finally:
         store.close()

@@ -11,7 +11,7 @@ it, so the status read and the status written cannot be separated by another wri
     running  ── crashed ───────────────► pending     (retried from its checkpoint after a back-off)
     running  ── gave up ───────────────► failed      (crashed as often as the service allows)
     pending | running ── cancelled ────► cancelled
-    completed, failed, cancelled: final, nothing moves them
+    completed, failed, cancelled: final, nothing moves them; only a final job may be removed (`pollux rm`)
 """
 
 from __future__ import annotations
@@ -63,3 +63,9 @@ def next_status(status: JobStatus | str, event: JobEvent, job: str = "the job") 
         already = "already " if current in FINAL else ""
         raise TransitionError(f"job {job!r} is {already}{current}: '{event}' cannot happen to it now")
     return after
+
+
+def check_removable(job: str, status: JobStatus | str) -> None:
+    """Only a finished job may be removed: a `TransitionError` saying to cancel one that may still run."""
+    if JobStatus(status) not in FINAL:
+        raise TransitionError(f"job {job!r} is {status}: cancel it first (`pollux cancel {job}`), then remove it")

@@ -22,9 +22,11 @@ from pollux.errors import ReportError, SpecError, UnknownJobError
 from pollux.runtime.launcher import WorkerInfo
 from pollux.runtime.migrations import migrate
 from pollux.runtime.spec import JobSpec
-from pollux.runtime.status import FINAL, JobEvent, JobStatus, next_status
+from pollux.runtime.status import FINAL, JobEvent, JobStatus, check_removable, next_status
 
 _ACTIVE = "WHERE status NOT IN ({})".format(", ".join(f"'{status.value}'" for status in sorted(FINAL)))
+# an event of the job that now holds its name, not of a removed job that held it before (`remove_job`)
+_CURRENT = "id > COALESCE((SELECT MAX(r.id) FROM events r WHERE r.job = events.job AND r.kind = 'removed'), 0)"
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,29 @@ class StateStore:
                 self._event(db, now, name, "cancel requested", {})
         return self.job(name)
 
+    def remove_job(self, name: str, now: float) -> JobStatus:
+        """Forget a finished job so that its name can be used again, and return its final status. Its rows go from
+        every table but `events`, which keeps its history and gains a `removed` event with its final state; the
+        events before it are no longer the name's (`_CURRENT`)."""
+        with self.transaction() as db:
+            row = db.execute("SELECT * FROM jobs WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                raise UnknownJobError(f"no job named {name!r}; `pollux ls` lists the jobs")
+            state = self._state(row)
+            check_removable(name, state.status)
+            for table in ("status_history", "reports", "samples", "workers"):
+                db.execute(f"DELETE FROM {table} WHERE job = ?", (name,))
+            db.execute("DELETE FROM jobs WHERE name = ?", (name,))
+            final = {
+                "status": state.status.value,
+                "submitted_at": state.submitted_at,
+                "finished_at": state.updated_at,
+                "restarts": state.restarts,
+                "last_error": state.last_error,
+            }
+            self._event(db, now, name, "removed", final)
+        return state.status
+
     def record_launch(
         self,
         name: str,
@@ -224,7 +249,8 @@ class StateStore:
     def _attained(self, which: str, args: tuple[str, ...], now: float) -> dict[str, float]:
         with self._lock:
             rows = self._db.execute(
-                f"SELECT job, at, detail FROM events WHERE kind = 'allocation' AND {which} ORDER BY id", args
+                f"SELECT job, at, detail FROM events WHERE kind = 'allocation' AND {which} AND {_CURRENT} ORDER BY id",
+                args,
             ).fetchall()
         held: dict[str, tuple[float, float, int]] = {}  # job -> (GPU-seconds so far, since when, GPUs since then)
         for row in rows:
@@ -324,9 +350,10 @@ class StateStore:
         return [(r["at"], r["status"], r["reason"]) for r in rows]
 
     def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        """Every event, or those of the job that now holds `name` (a removed job's stay in the first list)."""
         query, args = "SELECT * FROM events ORDER BY id", cast(tuple[str, ...], ())
         if name is not None:
-            query, args = "SELECT * FROM events WHERE job = ? ORDER BY id", (name,)
+            query, args = f"SELECT * FROM events WHERE job = ? AND {_CURRENT} ORDER BY id", (name,)
         with self._lock:
             rows = self._db.execute(query, args).fetchall()
         return [{"at": r["at"], "job": r["job"], "kind": r["kind"], **json.loads(r["detail"])} for r in rows]

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from pollux.runtime import logstamp
 from pollux.runtime.processes import process_start_ticks
 
 # A real process that behaves like an agent-driven job without torch: it counts steps, keeps its count in the
@@ -92,6 +93,12 @@ def wait_for(condition: Callable[[], object], timeout: float = 60.0, what: str =
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def log_lines(path: Path) -> list[str]:
+    """A rank log's lines as the worker printed them, without the stamps its stamper put before them."""
+    lines = path.read_text().splitlines()
+    return [line[logstamp.STAMP_BYTES :] if logstamp.STAMP.match(line.encode()) else line for line in lines]
 
 
 def pid_alive(pid: int, start_ticks: int | None = None) -> bool:

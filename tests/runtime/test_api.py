@@ -125,6 +125,7 @@ API_ROUTES = {
     ("GET", "/v1/jobs/{name}"),
     ("GET", "/v1/jobs/{name}/logs"),
     ("POST", "/v1/jobs/{name}/cancel"),
+    ("POST", "/v1/jobs/{name}/remove"),
     ("POST", "/v1/shutdown"),
     ("GET", "/v1/dashboard"),
     ("GET", "/v1/dashboard/jobs/{name}"),
@@ -169,3 +170,23 @@ def test_a_trailing_slash_is_the_same_route_and_a_bad_request_line_gets_one_json
     head, _, body = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400") and "malformed HTTP request" in json.loads(body)["error"]
     assert api.health()["ok"]
+
+
+def test_a_finished_job_is_removed_with_its_folder_and_its_name_starts_a_new_job(api, counter_job):
+    folder = counter_job.parent
+    api.submit(write_spec(folder, "again", "--steps 100000 --step-s 0.02"))
+    steps = api.state_dir / "jobs" / "again" / "checkpoints" / "step"
+    wait_for(steps.exists, 60, "the first job to checkpoint a step")
+    with pytest.raises(ServiceError, match=r"job 'again' is running: cancel it first"):
+        api.remove("again")
+    api.cancel("again")
+    wait_for(lambda: api.job("again")["status"] == "cancelled", 60, "the cancel")
+    assert api.remove("again") == {"name": "again", "status": "cancelled"}
+    assert not (api.state_dir / "jobs" / "again").exists()
+    with pytest.raises(ServiceError, match="no job named 'again'"):
+        api.remove("again")
+    api.submit(write_spec(folder, "again", "--steps 3 --step-s 0.01"))
+    wait_for(lambda: api.job("again")["status"] == "completed", 60, "the new job to complete")
+    assert [entry["status"] for entry in api.job("again")["history"]] == ["pending", "running", "completed"]
+    starts = [line for line in api.logs("again", partial=True)[0].splitlines() if "start world" in line]
+    assert starts == ["[rank 0] start world=1 step=0"]  # neither the old job's checkpoint nor its log

@@ -28,7 +28,7 @@ def test_ls_lists_the_stored_jobs_after_pollux_down(tmp_path, counter_job):
         up.down()
     listing = up.cli("ls")
     assert "not running" in listing.stderr, listing.stderr
-    rows = {line.split()[1]: line for line in listing.stdout.splitlines() if line.split()[1:2] in (["short"], ["long"])}
+    rows = {line.split()[0]: line for line in listing.stdout.splitlines() if line.split()[:1] in (["short"], ["long"])}
     assert "completed" in rows["short"], listing.stdout
     assert "pending" in rows["long"] and "scheduler shut down" in rows["long"], listing.stdout
     detail = up.cli("ls", "long")

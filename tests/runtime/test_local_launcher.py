@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from runtime_jobs import CRASH, ENV_DUMP, TERM_WAITER, pid_alive, started, wait_for
+from runtime_jobs import CRASH, ENV_DUMP, TERM_WAITER, log_lines, pid_alive, started, wait_for
 
 from pollux.agent.report import read_report
 from pollux.errors import LaunchError, UnknownJobError
-from pollux.runtime import processes
+from pollux.runtime import joblog, processes
 from pollux.runtime.joblog import rank_log_path, read_merged, tail
 from pollux.runtime.launcher import EXIT_STOPPED, LaunchRequest, WorkerInfo
 from pollux.runtime.local import LocalLauncher
@@ -198,14 +198,14 @@ def test_each_rank_writes_its_own_log_and_a_relaunch_appends(jobs: Jobs) -> None
     jobs.start("job", CHATTY, 2, log_dir=logs)
     assert jobs.wait("job") == 0
     for rank in range(2):
-        lines = rank_log_path(logs, rank).read_text().splitlines()
+        lines = log_lines(rank_log_path(logs, rank))
         assert lines[0].startswith("[pollux] ") and lines[0].endswith(f"rank {rank} of 2 on {socket.gethostname()}")
         assert lines.count(f"long {rank} " + "x" * 5000) == 200  # whole lines: nobody else writes this file
         assert {f"out {rank}", f"err {rank}", f"tail {rank}"} <= set(lines)
     jobs.launcher.forget("job")
     jobs.start("job", "print('again')", 1, log_dir=logs)
     assert jobs.wait("job") == 0
-    lines = rank_log_path(logs, 0).read_text().splitlines()
+    lines = log_lines(rank_log_path(logs, 0))
     assert lines[-2].endswith("rank 0 of 1 on " + socket.gethostname()) and lines[-1] == "again"  # appended
     merged = read_merged(logs, partial=True)[0].splitlines()
     assert "[rank 0] again" in merged and "[rank 1] tail 1" in merged
@@ -278,7 +278,7 @@ def test_a_new_scheduler_cannot_start_a_job_whose_previous_group_still_runs(jobs
     second.launch(request)  # the lock went with the last worker
     wait_for(lambda: second.poll("job") is not None, what="the second group to finish")
     assert second.poll("job") == 0
-    assert "second" in rank_log_path(request.log_dir, 0).read_text().splitlines()
+    assert "second" in log_lines(rank_log_path(request.log_dir, 0))
 
 
 SCHEDULER = """
@@ -329,7 +329,8 @@ def test_workers_get_sigterm_and_checkpoint_when_the_scheduler_is_killed(jobs: J
         proc.wait()
         wait_for((out / "term-0").exists, timeout=10, what="the worker's checkpoint marker")
         wait_for(lambda: not pid_alive(*worker_process), timeout=10, what="the orphaned worker to exit")
-        assert "saving 199" in rank_log_path(out / "logs", 0).read_text().splitlines()
+        log = rank_log_path(out / "logs", 0)  # its stamper outlives the scheduler too, and writes a moment after
+        wait_for(lambda: "saving 199" in log_lines(log), timeout=10, what="the worker's last line in its log")
     finally:
         proc.kill()
         proc.wait()
@@ -341,12 +342,13 @@ needs_setpriv = pytest.mark.skipif(processes._setpriv() is None, reason="no setp
 
 
 def spy_on_popen(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], object]]:
-    """Record the command and `preexec_fn` of every process started from now on."""
+    """Record the command and `preexec_fn` of every worker started from now on (not of their logs' stampers)."""
     calls: list[tuple[list[str], object]] = []
     real = subprocess.Popen
 
     def spy(args, *rest, **kwargs):
-        calls.append((list(args), kwargs.get("preexec_fn")))
+        if list(args)[-1:] != [joblog.__file__]:
+            calls.append((list(args), kwargs.get("preexec_fn")))
         return real(args, *rest, **kwargs)
 
     monkeypatch.setattr(subprocess, "Popen", spy)

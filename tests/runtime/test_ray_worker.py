@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from runtime_jobs import ENV_DUMP, TERM_WAITER, pid_alive, wait_for
+from runtime_jobs import ENV_DUMP, TERM_WAITER, log_lines, pid_alive, wait_for
 
 from pollux.runtime.joblog import rank_log_path
 from pollux.runtime.ray_start import rank_wiring
@@ -78,7 +78,7 @@ def test_each_actor_starts_its_rank_in_its_own_session_dying_with_it_and_logging
             "",
             "yes",
         )
-    log = rank_log_path(tmp_path / "logs", 2).read_text().splitlines()
+    log = log_lines(rank_log_path(tmp_path / "logs", 2))
     assert log[0].startswith("[pollux] ") and " rank 2 of 3 on " in log[0]
     assert log[1:] == ["hello from 2"]
 

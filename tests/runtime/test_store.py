@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from pollux.errors import SpecError, UnknownJobError
+from pollux.errors import SpecError, TransitionError, UnknownJobError
 from pollux.runtime.launcher import WorkerInfo
 from pollux.runtime.spec import JobSpec
 from pollux.runtime.status import JobEvent
@@ -152,3 +152,34 @@ def test_a_database_of_an_earlier_version_gains_the_reallocation_count(tmp_path)
     store.record_exit("a", JobEvent.CHECKPOINTED, now=4.0, reason="checkpointed to move to 2 GPU(s)", reallocated=True)
     state = store.job("a")
     assert (state.restarts, state.reallocations, state.attempts) == (1, 1, 1)
+
+
+def test_a_removed_job_frees_its_name_and_keeps_its_history_in_the_events(tmp_path):
+    store = StateStore(tmp_path / "state.db")
+    store.add_job(spec("a"), now=0.0)
+    with pytest.raises(TransitionError, match=r"job 'a' is pending: cancel it first \(`pollux cancel a`\)"):
+        store.remove_job("a", now=0.5)
+    store.record_launch("a", (2,), [WorkerInfo(0, 0, 1, "h", 1)], now=1.0, restart=False)
+    store.record_report("a", {"version": 1}, now=1.5)
+    with pytest.raises(TransitionError, match="is running: cancel it first"):
+        store.remove_job("a", now=1.5)
+    store.record_exit("a", JobEvent.FINISHED, now=3.0, reason="finished")
+    assert store.remove_job("a", now=4.0) == "completed"
+    with pytest.raises(UnknownJobError):
+        store.job("a")
+    assert (store.history("a"), store.report("a"), store.jobs()) == ([], None, [])
+    kinds = [event["kind"] for event in store.events() if event["job"] == "a"]
+    assert kinds == ["submitted", "allocation", "allocation", "status", "removed"]  # the whole life, then its end
+    removed = store.events()[-1]
+    assert (removed["status"], removed["submitted_at"], removed["finished_at"], removed["restarts"]) == (
+        "completed",
+        0.0,
+        3.0,
+        0,
+    )
+    store.add_job(spec("a"), now=5.0)  # the name is free again, and the new job starts from nothing
+    store.record_launch("a", (1,), [WorkerInfo(0, 0, 2, "h", 2)], now=6.0, restart=False)
+    assert [event["kind"] for event in store.events("a")] == ["submitted", "allocation"]
+    assert store.attained_service("a", now=8.0) == pytest.approx(2.0)  # not the old job's 4 GPU-seconds
+    assert store.attained_services(now=8.0) == {"a": pytest.approx(2.0)}
+    assert store.job("a").restarts == 0 and [s for _, s, _ in store.history("a")] == ["pending", "running"]

@@ -1,0 +1,118 @@
+"""`pollux ls` as a table that fits its width: one line per job at any load, whatever a job's note says.
+
+The columns a reader scans for (job, status, GPUs, goodput, restarts) are never cut: they take the width their
+longest cell needs. The note (why a job waits, how it crashed) takes what is left and is cut to one line with `…`
+(`pollux ls NAME` shows it whole). Where a note of `NOTE_MIN` characters would not fit, the columns that matter
+least go first: placement, GPU type, epoch, batch, age. Numbers are short by their format: goodput `192`, `19.2k`;
+age `42s`, `7m`, `3.5h`, `2.1d`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rich.cells import cell_len
+from rich.table import Table
+from rich.text import Text
+
+GAP = 2  # spaces between two columns
+NOTE_MIN = 24  # the narrowest note worth dropping a column for
+NOTE_FLOOR = 10  # the narrowest note shown at all (where long names leave no more)
+
+
+def age(seconds: float) -> str:
+    """A job's age in one unit, 2-4 characters."""
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 172_800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86_400:.1f}d"
+
+
+def compact(value: float) -> str:
+    """A rate in at most 5 characters: 3 significant digits, then k, M, G or T (goodput in examples/s)."""
+    for unit in ("", "k", "M", "G"):
+        if abs(value) < 999.5:
+            return f"{value:.3g}{unit}"
+        value /= 1000
+    return f"{value:.3g}T"
+
+
+def note(row: dict[str, Any]) -> str:
+    """Why a pending job waits, else how the job last crashed: the error's first line (`exit 3`) and its last, the
+    log's final words (the exception), which the first alone never shows."""
+    if row["reason"]:
+        return str(row["reason"])
+    lines = [line for line in (row["last_error"] or "").splitlines() if line.strip()]
+    return ": ".join(lines[:1] + lines[1:][-1:])  # "", the only line, or first: last
+
+
+def _dash(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class _Column:
+    header: str
+    cell: Callable[[dict[str, Any]], str]
+    right: bool = True
+
+
+# in the order shown; the job's name, status, GPUs, goodput and restarts are never dropped nor cut
+_COLUMNS = (
+    _Column("job", lambda row: str(row["name"]), right=False),
+    _Column("status", lambda row: str(row["status"]), right=False),
+    _Column("GPUs", lambda row: str(row["gpus"])),
+    _Column("type", lambda row: row.get("gpu_type") or "-"),
+    _Column("placement", lambda row: "x".join(map(str, row["placement"])) or "-"),
+    _Column("batch", lambda row: _dash(row["batch_size"])),
+    _Column("epoch", lambda row: _dash(row["epoch"])),
+    _Column("goodput", lambda row: "-" if row["goodput"] is None else compact(row["goodput"])),
+    _Column("restarts", lambda row: str(row["restarts"])),
+    _Column("age", lambda row: age(row["age_s"])),
+)
+_DROPPED_FIRST = ("placement", "type", "epoch", "batch", "age")
+
+
+def job_table(rows: list[dict[str, Any]], width: int) -> tuple[Table, int]:
+    """The jobs' table and the width it takes: `width`, unless the columns that are never cut need more."""
+    cells = {c.header: [c.cell(row) for row in rows] for c in _COLUMNS}
+    notes = [" ".join(note(row).split()) for row in rows]  # one line, whatever the error's layout
+    widths = {h: max([cell_len(h), *map(cell_len, column)]) for h, column in cells.items()}
+    shown = list(_COLUMNS)
+    has_note = any(notes)
+
+    def used() -> int:
+        return sum(widths[c.header] for c in shown) + GAP * (len(shown) - 1)
+
+    for header in _DROPPED_FIRST:
+        if not has_note or used() + GAP + NOTE_MIN <= width:
+            break
+        shown = [c for c in shown if c.header != header]
+    note_width = width - used() - GAP
+    table = Table(box=None, padding=(0, GAP // 2), pad_edge=False, show_edge=False, header_style="bold")
+    for c in shown:
+        table.add_column(c.header, justify="right" if c.right else "left", no_wrap=True, width=widths[c.header])
+    with_note = has_note and note_width >= NOTE_FLOOR
+    if with_note:
+        longest = max(cell_len("note"), *map(cell_len, notes))
+        table.add_column("note", no_wrap=True, overflow="ellipsis", width=min(note_width, longest))
+    for i, text in enumerate(notes):
+        table.add_row(*(Text(cells[c.header][i]) for c in shown), *([Text(text)] if with_note else []))
+    return table, max(width, used())
+
+
+def history_table(detail: dict[str, Any]) -> Table:
+    """One job's status history (`pollux ls NAME`): every change with its reason, whole."""
+    table = Table(title=f"{detail['name']}: {detail['status']}, {detail['restarts']} restart(s)")
+    for column in ("at", "status", "reason"):
+        table.add_column(column)
+    for entry in detail["history"]:
+        at = time.strftime("%H:%M:%S", time.localtime(entry["at"]))
+        table.add_row(Text(at), Text(entry["status"]), Text(entry["reason"]))
+    return table
