@@ -6,7 +6,7 @@
 # Usage: scripts/sim_fingerprint.sh [OUT_DIR]   (POLLUX=path/to/pollux runs another checkout's)
 set -euo pipefail
 out=${1:-$(mktemp -d)}
-pollux=${POLLUX:-.venv/bin/pollux}
+pollux=$(realpath "${POLLUX:-.venv/bin/pollux}")
 python=$(dirname "$pollux")/python
 "$pollux" simulate workload-1 --out "$out/workload-1" >/dev/null
 "$pollux" simulate philly/workload-1 --cluster sia-heterogeneous -p pollux -p pollux-unaware -p gavel \

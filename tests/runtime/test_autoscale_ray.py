@@ -173,7 +173,7 @@ def test_jobs_make_pollux_request_nodes_of_the_type_it_prefers_and_release_them(
         state,
         *("--backend", "ray", "--ray-address", cluster.address, "--gpu-resource", RESOURCE, "--autoscale"),
         *("--node-type", "a100:2:0:2", "--node-type", "rtx:2:0:2"),
-        *("--interval", "1", "--restart-delay", "1", "--stop-grace", "30", "--autoscale-window", "5"),
+        *("--interval", "1", "--restart-delay", "1", "--lease", "0", "--stop-grace", "30", "--autoscale-window", "5"),
     )
     store = StateStore(state / "state.db")
     try:

@@ -97,7 +97,7 @@ def test_three_example_jobs_grow_shrink_and_complete_under_pollux(tmp_path, stat
             "max_batch_size = 512\nlocal_bsz_bounds = [8, 128]\nmax_gpus = 4\n"
         )
         specs.append(path)
-    up = Up(state, "--slots", "4", "--interval", "2", "--restart-delay", "1")
+    up = Up(state, "--slots", "4", "--interval", "2", "--restart-delay", "1", "--lease", "0")
     try:
         store = store_of(state)
         assert "submitted" in up.cli("submit", str(hog)).stdout
@@ -173,7 +173,7 @@ def test_a_scheduler_killed_between_two_writes_loses_and_duplicates_nothing(tmp_
     neither the exit nor the new group is recorded."""
     names = ("first", "second")
     specs = [write_spec(counter_job.parent, name, "--steps 150 --step-s 0.04", gpus=1) for name in names]
-    policy = ("--policy", "pollux", "--restart-delay", "0")
+    policy = ("--policy", "pollux", "--restart-delay", "0", "--lease", "0")  # resized at once: no lease
     up = Up(state, "--slots", "2", "--interval", "1", *policy, env={"POLLUX_TEST_CRASH_AT": point})
     store = store_of(state)
     second = None

@@ -57,7 +57,7 @@ def test_three_example_jobs_on_a_two_node_ray_cluster(tmp_path, ray_address):
     up = Up(
         state,
         *("--backend", "ray", "--ray-address", ray_address, "--gpu-resource", RESOURCE),
-        *("--interval", "2", "--restart-delay", "1", "--stop-grace", "30"),
+        *("--interval", "2", "--restart-delay", "1", "--lease", "0", "--stop-grace", "30"),
     )
     store = StateStore(state / "state.db")
     try:

@@ -37,7 +37,7 @@ CELLS = "document.querySelectorAll('#cluster .gpu[data-job=\"{}\"]').length"
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     """One Pollux scheduler on 4 CPU slots for the whole module (rounds every second, cheap restarts)."""
     state = tmp_path_factory.mktemp("dashboard") / "state"
-    service = Up(state, "--slots", "4", "--interval", "1", "--restart-delay", "1", "--stop-grace", "20")
+    service = Up(state, "--slots", "4", "--interval", "1", "--restart-delay", "1", "--lease", "0", "--stop-grace", "20")
     yield service
     service.down()
 

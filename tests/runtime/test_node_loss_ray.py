@@ -108,7 +108,7 @@ def test_a_job_on_a_lost_node_resumes_from_its_checkpoint_on_another_node(tmp_pa
         state,
         *("--backend", "ray", "--ray-address", cluster.address, "--gpu-resource", RESOURCE, "--autoscale"),
         *("--node-type", "a100:2:2:2"),
-        *("--interval", "1", "--restart-delay", "1", "--stop-grace", "30"),
+        *("--interval", "1", "--restart-delay", "1", "--lease", "0", "--stop-grace", "30"),
     )
     store = StateStore(state / "state.db")
     try:

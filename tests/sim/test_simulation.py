@@ -53,11 +53,11 @@ def test_diff_turns_allocations_into_explicit_decisions(models):
         models,
     )
     views = backend.job_views(0)
-    decisions = diff(views, {"a": (2, 0), "b": (0, 2)}, (0, 0))
-    assert [(d.job, d.kind) for d in decisions] == [("a", "start"), ("b", "start")]
+    decisions = diff(views, {"a": (2, 0), "b": (0, 2)}, backend.cluster)
+    assert [(d.job, d.kind, d.gpu_type) for d in decisions] == [("a", "start", "aws"), ("b", "start", "aws")]
     backend.apply(decisions, 0)
-    decisions = diff(backend.job_views(60), {"a": (1, 1)}, (0, 0))
-    assert [(d.job, d.kind) for d in decisions] == [("a", "resize"), ("b", "stop")]
+    decisions = diff(backend.job_views(60), {"a": (1, 1)}, backend.cluster)
+    assert [(d.job, d.kind, d.gpu_type) for d in decisions] == [("a", "resize", "aws"), ("b", "stop", None)]
 
 
 def test_restarts_are_counted_from_reallocations(models):
@@ -66,7 +66,7 @@ def test_restarts_are_counted_from_reallocations(models):
     scheduler.step(0)
     job = backend.jobs[0]
     assert job.num_restarts == 0 and job.restart_left_s == 30
-    backend.apply(diff(backend.job_views(60), {"a": (1, 1)}, (0, 0)), 60)
+    backend.apply(diff(backend.job_views(60), {"a": (1, 1)}, backend.cluster), 60)
     assert job.num_restarts == 1
 
 
