@@ -16,10 +16,10 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, TextIO
+from typing import Annotated, Any, TextIO, TypeVar
 
 import typer
 
@@ -28,6 +28,8 @@ from pollux.console import plain_console, print_error
 from pollux.defaults import LEASE_MIN_RUN_S, RESTART_DELAY_S, ROUND_INTERVAL_S, STOP_GRACE_S
 from pollux.errors import PolluxError, SchedulerDownError, ServiceError
 from pollux.option_bounds import bounds
+
+T = TypeVar("T")
 
 StateDirOption = Annotated[
     Path | None,
@@ -318,8 +320,8 @@ def submit(
     """Submit jobs, one per spec file. A bad spec is refused with its file, the field and the fix, and the others are
     still submitted (each on its own: there is no all-or-nothing); the exit code is 2 if any was refused."""
     client = _client(state_dir)
-    refused = 0
-    for path in _spec_files(specs):
+
+    def submit_one(path: Path) -> str:
         try:
             if path.is_dir():
                 raise PolluxError("no *.toml spec in this folder")
@@ -328,10 +330,26 @@ def submit(
             raise
         except PolluxError as error:
             message = str(error)  # a spec's own errors name its file already
-            print_error(PolluxError(message if message.startswith(str(path)) else f"{path}: {message}"))
+            raise PolluxError(message if message.startswith(str(path)) else f"{path}: {message}") from None
+        return f"submitted {row['name']} ({row['status']})"
+
+    _one_by_one(_spec_files(specs), submit_one)
+
+
+def _one_by_one(items: Sequence[T], act: Callable[[T], str]) -> None:
+    """`act` on every item, each on its own, printing what it says: one refused (a `PolluxError`) is said in one
+    line and the others still go; the exit code is then 2. No scheduler at all ends it at once."""
+    refused = 0
+    for item in items:
+        try:
+            done = act(item)
+        except SchedulerDownError:
+            raise
+        except PolluxError as error:
+            print_error(error)
             refused += 1
             continue
-        plain_console().print(f"submitted {row['name']} ({row['status']})", soft_wrap=True)
+        plain_console().print(done, soft_wrap=True)
     if refused:
         raise typer.Exit(2)
 
@@ -506,26 +524,13 @@ def rm(
         with exclusive(directory):  # no service may start meanwhile
             from pollux.runtime.snapshot import remove_stored
 
-            _remove_each(jobs, lambda name: remove_stored(directory, name))
+            _one_by_one(jobs, lambda name: _removed(remove_stored(directory, name)))
         return
-    _remove_each(jobs, remove)
+    _one_by_one(jobs, lambda name: _removed(remove(name)))
 
 
-def _remove_each(jobs: list[str], remove: Callable[[str], dict[str, Any]]) -> None:
-    """Remove every job named, each on its own: one refused is said in one line, the others still go (exit 2)."""
-    refused = 0
-    for name in jobs:
-        try:
-            removed = remove(name)
-        except SchedulerDownError:
-            raise
-        except PolluxError as error:
-            print_error(error)
-            refused += 1
-            continue
-        plain_console().print(f"removed {removed['name']} ({removed['status']})", soft_wrap=True)
-    if refused:
-        raise typer.Exit(2)
+def _removed(answer: dict[str, Any]) -> str:
+    return f"removed {answer['name']} ({answer['status']})"
 
 
 def dashboard(

@@ -18,7 +18,7 @@ from runtime_jobs import CRASH, ENV_DUMP, TERM_WAITER, log_lines, pid_alive, sta
 
 from pollux.agent.report import read_report
 from pollux.errors import LaunchError, UnknownJobError
-from pollux.runtime import joblog, processes
+from pollux.runtime import logstamp, processes
 from pollux.runtime.joblog import rank_log_path, read_merged, tail
 from pollux.runtime.launcher import EXIT_STOPPED, LaunchRequest, WorkerInfo
 from pollux.runtime.local import LocalLauncher
@@ -347,7 +347,7 @@ def spy_on_popen(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], objec
     real = subprocess.Popen
 
     def spy(args, *rest, **kwargs):
-        if list(args)[-1:] != [joblog.__file__]:
+        if logstamp.__file__ not in args:
             calls.append((list(args), kwargs.get("preexec_fn")))
         return real(args, *rest, **kwargs)
 
