@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.kill_recovery
 	$(BIN)/python -m benchmarks.runtime_churn
 	$(BIN)/python -m benchmarks.dashboard
+	$(BIN)/python -m benchmarks.cli_speed
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, TextIO
@@ -23,6 +23,7 @@ from typing import Annotated, Any, TextIO
 import typer
 from rich.table import Table
 
+from pollux.cli_app import examples
 from pollux.cluster import Cluster
 from pollux.console import plain_console
 from pollux.defaults import LEASE_MIN_RUN_S, RESTART_DELAY_S, ROUND_INTERVAL_S, STOP_GRACE_S
@@ -136,13 +137,16 @@ def up(
     gpu_type: Annotated[
         list[str] | None,
         typer.Option(
+            metavar="NAME[=SLOTS]",
             help="Local backend: the GPU type of the slots (NAME), or one virtual node per NAME=SLOTS (CPU slots, "
-            "for tests); default: nvidia-smi's model, else cpu."
+            "for tests); default: nvidia-smi's model, else cpu.",
         ),
     ] = None,
     gpu_type_resource: Annotated[
         list[str] | None,
-        typer.Option(help="Ray backend: RESOURCE=TYPE, nodes offering RESOURCE have GPUs of TYPE (repeatable)."),
+        typer.Option(
+            metavar="RESOURCE=TYPE", help="Ray backend: nodes offering RESOURCE have GPUs of TYPE (repeatable)."
+        ),
     ] = None,
     autoscale: Annotated[
         bool,
@@ -152,7 +156,9 @@ def up(
     ] = False,
     node_type: Annotated[
         list[str] | None,
-        typer.Option(help="With --autoscale: TYPE:GPUS_PER_NODE:MIN:MAX, a node type Ray's autoscaler may start."),
+        typer.Option(
+            metavar="TYPE:GPUS_PER_NODE:MIN:MAX", help="With --autoscale: a node type Ray's autoscaler may start."
+        ),
     ] = None,
     autoscale_window: Annotated[
         int | None,
@@ -164,7 +170,8 @@ def up(
     ] = None,
     state_dir: StateDirOption = None,
 ) -> None:
-    """Run the scheduler service in the foreground until `pollux down` (or Ctrl-C): jobs checkpoint on the way out."""
+    """Run the scheduler service in the foreground. It runs until `pollux down` (or Ctrl-C); its jobs checkpoint on
+    the way out and resume at the next `pollux up`."""
     from pollux.autoscale import WINDOW_ROUNDS
     from pollux.runtime.api import ApiServer
     from pollux.runtime.client import write_endpoint, write_token
@@ -300,10 +307,11 @@ def _client(state_dir: Path | None) -> Any:
 
 
 def submit(
-    spec: Annotated[Path, typer.Argument(help="A TOML job spec (see pollux/runtime/spec.py).")],
+    spec: Annotated[Path, typer.Argument(help="A TOML job spec; its fields: `pollux spec --help`.")],
     state_dir: StateDirOption = None,
 ) -> None:
-    """Submit a job; a bad spec is refused with the field and the fix."""
+    """Submit a job described by a TOML spec. A bad spec is refused with the field that is wrong and the fix; the
+    spec's fields are listed by `pollux spec --help`."""
     row = _client(state_dir).submit(spec)
     plain_console().print(f"submitted {row['name']} ({row['status']})", soft_wrap=True)
 
@@ -349,8 +357,8 @@ def ls(
     job: Annotated[str | None, typer.Argument(help="Show this job's status history instead of the table.")] = None,
     state_dir: StateDirOption = None,
 ) -> None:
-    """List jobs: status, GPUs and placement, batch size, goodput, restarts, age (or one job's history). Works while
-    the scheduler is down too: the jobs are then read from its database."""
+    """List the jobs, or show one job's history. The table: status, GPUs and placement, batch size, goodput,
+    restarts, age. Works while the scheduler is down too: the jobs are then read from its database."""
     answer = _listing(state_dir_of(state_dir), job)
     console = plain_console()
     if not console.is_terminal:  # piped into grep or a file: whole rows, never "digit…"
@@ -403,7 +411,7 @@ def logs(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
     state_dir: StateDirOption = None,
 ) -> None:
-    """Print a job's log (every worker's lines, prefixed with its rank)."""
+    """Print a job's log. Every worker's lines, each prefixed with its rank."""
     client = _client(state_dir)
     cursor = ""
     while True:
@@ -434,7 +442,7 @@ def down(
     ] = 600.0,
     state_dir: StateDirOption = None,
 ) -> None:
-    """Stop the service gracefully: every running job checkpoints, and resumes at the next `pollux up`."""
+    """Stop the service gracefully. Every running job checkpoints, and resumes at the next `pollux up`."""
     client = _client(state_dir)
     client.shutdown()
     console = plain_console(stderr=True)
@@ -453,7 +461,8 @@ def dashboard(
     no_open: Annotated[bool, typer.Option("--no-open", help="Only print the one-time link; open no browser.")] = False,
     state_dir: StateDirOption = None,
 ) -> None:
-    """Open the live dashboard in a browser, logged in by a one-time link (printed too; it works once, for 2 min)."""
+    """Open the live dashboard in a browser. Logged in by a one-time link, printed too (it works once, for 2
+    minutes)."""
     link = _client(state_dir).dashboard_link()
     print(link, flush=True)  # one line, exactly the link: scripts and tests read it
     if not no_open:
@@ -463,7 +472,18 @@ def dashboard(
             plain_console(stderr=True).print("no browser found here: open the link above in one", soft_wrap=True)
 
 
+EXAMPLES: dict[Callable[..., None], str] = {
+    up: examples("pollux up", "pollux up --slots 4 --policy pollux", "pollux up --backend ray --ray-address auto"),
+    submit: examples("pollux submit job.toml"),
+    ls: examples("pollux ls", "pollux ls digits"),
+    logs: examples("pollux logs digits", "pollux logs digits --follow"),
+    cancel: examples("pollux cancel digits"),
+    down: examples("pollux down"),
+    dashboard: examples("pollux dashboard", "pollux dashboard --no-open"),
+}
+
+
 def register(app: typer.Typer) -> None:
-    """Add the runtime's commands to the `pollux` application."""
-    for command in (up, submit, ls, logs, cancel, down, dashboard):
-        app.command(command.__name__)(command)
+    """Add the runtime's commands to the `pollux` application, each with its example."""
+    for command, epilog in EXAMPLES.items():
+        app.command(command.__name__, epilog=epilog)(command)

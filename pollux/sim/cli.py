@@ -1,33 +1,37 @@
-"""`pollux simulate`: every chosen policy on one workload, in parallel processes, with a table and plots."""
+"""`pollux simulate`: every chosen policy on one workload, in parallel processes, with a table and plots.
+
+The simulator itself (numpy, scipy, the policies) and rich's progress bars are imported where they are used, not
+atop this module: `pollux --help` and `pollux simulate --help` load this file, and answer in a fraction of a second.
+"""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import queue
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from pollux.autoscale import AutoscaleSettings
 from pollux.cluster import DEFAULT_GPU_TYPE, Cluster
 from pollux.cluster_spec import DEFAULT_PRESET, PRESETS, load_cluster
 from pollux.console import plain_console
 from pollux.data.locate import DATASET, SIA_DATASET, Artifact
 from pollux.defaults import RESTART_DELAY_S, ROUND_INTERVAL_S
 from pollux.errors import DataNotFoundError, PolluxError
-from pollux.lease import Lease
 from pollux.option_bounds import bounds
-from pollux.sim.jobmodel import JobModel
-from pollux.sim.run import SimConfig, SimResult
-from pollux.sim.typed import TypedJobModel
-from pollux.sim.workload import Workload, workload_artifact
+from pollux.sim.workload import workload_artifact
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress, TaskID
+    from rich.table import Table
+
+    from pollux.autoscale import AutoscaleSettings
+    from pollux.sim.jobmodel import JobModel
+    from pollux.sim.run import SimConfig, SimResult
+    from pollux.sim.typed import TypedJobModel
+    from pollux.sim.workload import Workload
 
 DEFAULT_WORKLOAD = "workload-1"
 OFFLINE_JOBS, OFFLINE_HOURS = 160, 8.0
@@ -116,6 +120,12 @@ def run_policies(
     policies: list[str], inputs: SimInputs, config: SimConfig, processes: int, console: Console
 ) -> list[SimResult]:
     """Run each policy in its own process (in this one with `processes` = 1) with a progress bar per policy."""
+    import multiprocessing
+    import queue
+    from concurrent.futures import ProcessPoolExecutor
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     with (
         multiprocessing.Manager() as manager,
         Progress(
@@ -201,6 +211,8 @@ def chosen_autoscale(
     """Autoscaling between `--min-nodes` (default 1) and `--max-nodes` (default the cluster's nodes) when either is
     given; None (a fixed cluster) otherwise. Refused before anything starts: a maximum below the minimum, a cluster
     of several GPU types, and `--boot-time` without autoscaling."""
+    from pollux.autoscale import AutoscaleSettings
+
     if min_nodes is None and max_nodes is None:
         if boot_time:
             raise PolluxError("--boot-time applies to autoscaled clusters: add --min-nodes/--max-nodes, or drop it")
@@ -219,6 +231,8 @@ def chosen_autoscale(
 
 
 def summary_table(results: list[SimResult], title: str) -> Table:
+    from rich.table import Table
+
     table = Table(title=title)
     autoscaled = any("node_hours" in r.summary for r in results)
     columns = (
@@ -265,7 +279,12 @@ def simulate_command(
     ] = DEFAULT_WORKLOAD,
     policy: Annotated[
         list[str] | None,
-        typer.Option("--policy", "-p", help="Repeat for several; default: all (pollux-unaware: typed clusters only)."),
+        typer.Option(
+            "--policy",
+            "-p",
+            metavar="NAME",
+            help="Repeat for several; default: all (pollux-unaware: typed clusters only).",
+        ),
     ] = None,
     cluster: Annotated[
         str | None,
@@ -300,9 +319,7 @@ def simulate_command(
             callback=bounds(0),
         ),
     ] = None,
-    seed: Annotated[
-        int, typer.Option(help="Seed for anything random (generated workloads, searches).", callback=bounds(0))
-    ] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of workloads and searches.", callback=bounds(0))] = 0,
     out: Annotated[Path, typer.Option(help="Folder for summary.json, CSVs and plots.")] = Path("results/simulate"),
     processes: Annotated[int, typer.Option(help="Policies simulated at once.", callback=bounds(1))] = 2,
     min_nodes: Annotated[
@@ -318,9 +335,12 @@ def simulate_command(
     ] = 0,
     data_dir: Annotated[Path | None, typer.Option(help="Artifact data folder.")] = None,
 ) -> None:
-    """Replay a workload under each policy and compare them: table on screen, files in --out."""
+    """Replay a workload under each policy and compare them. A table on screen; the summary, CSVs, plots and an
+    HTML report in --out."""
+    from pollux.lease import Lease
     from pollux.policies.registry import POLICIES
     from pollux.sim.report import write_outputs
+    from pollux.sim.run import SimConfig
 
     console = plain_console()
     chosen = chosen_cluster(cluster, nodes, gpus_per_node)
