@@ -340,7 +340,7 @@ def simulate_command(
     from pollux.lease import Lease
     from pollux.policies.registry import POLICIES
     from pollux.sim.report import write_outputs
-    from pollux.sim.run import SimConfig
+    from pollux.sim.run import SimConfig, check_workload_fits
 
     console = plain_console()
     chosen = chosen_cluster(cluster, nodes, gpus_per_node)
@@ -352,7 +352,8 @@ def simulate_command(
     if unknown:
         raise PolluxError(f"unknown policy {unknown[0]!r}; choose from: {', '.join(POLICIES)}")
     inputs, note = resolve_inputs(workload, data_dir, seed, cluster=config.cluster)
-    load_inputs(inputs)  # a missing or malformed workload is reported here, not from a worker under a bar
+    models, loaded = load_inputs(inputs)  # a missing, malformed or too large workload is refused before any bar
+    check_workload_fits(loaded.jobs, models, config.largest_cluster())
     _make_out_dir(out)
     console.print(note, soft_wrap=True)
     results = run_policies(names, inputs, config, processes, console)
