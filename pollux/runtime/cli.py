@@ -209,7 +209,13 @@ def up(
                 autoscaler = RayAutoscaler(node_types, gpu_resource, mapping)
                 autoscaler.check_available()
             service = Service(config, launcher, autoscaler=autoscaler)
-            api = ApiServer(service, write_token(directory), host, port)
+            try:
+                api = ApiServer(service, write_token(directory), host, port)
+            except OSError as error:  # the port is taken, or the address is not this machine's
+                raise ServiceError(
+                    f"cannot listen on {host}:{port} ({error.strerror}); pick another --port (0: any free one) "
+                    "or --host"
+                ) from None
         except BaseException:
             launcher.shutdown()
             raise
