@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.runtime_churn
 	$(BIN)/python -m benchmarks.dashboard
 	$(BIN)/python -m benchmarks.api_load
+	$(BIN)/python -m benchmarks.cli_speed
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,4 +1,9 @@
-"""`pollux` command line. Errors from bad input print one line and exit 2; bugs keep their traceback."""
+"""`pollux` command line. Errors from bad input print one line and exit 2; bugs keep their traceback.
+
+Every command's module is cheap to import (numpy, scipy, pydantic, the HTTP stack and the simulator are imported
+inside the commands that use them): `pollux --help` and `pollux ls` answer in a fraction of a second
+(`python -m benchmarks.cli_speed`).
+"""
 
 from __future__ import annotations
 
@@ -6,28 +11,44 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
-from pollux.console import OneLineErrors, plain_console
+from pollux.cli_app import CliApp, examples
+from pollux.console import plain_console
 from pollux.data.cli import app as data_app
 from pollux.runtime.cli import register as register_runtime
 from pollux.runtime.spec_cli import app as spec_app
 from pollux.sim.cli import simulate_command
 from pollux.sim.workload_cli import app as workload_app
 
-app = typer.Typer(
-    help="Pollux: goodput-optimized scheduling of deep-learning training jobs.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-    cls=OneLineErrors,
-)
-app.add_typer(data_app, name="data", help="Find, fetch and verify the Pollux artifact's data.")
-app.add_typer(workload_app, name="workload", help="Generate and inspect workload traces.")
-app.add_typer(spec_app, name="spec", help="Job specs: `pollux spec schema` prints their JSON Schema, for editors.")
-app.command("simulate")(simulate_command)
+app = CliApp(help="Pollux: goodput-optimized scheduling of deep-learning training jobs.")
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from importlib.metadata import version
+
+        typer.echo(f"pollux {version('pollux')}")
+        raise typer.Exit()
+
+
+@app.callback(epilog=examples("pollux simulate workload-1", "pollux up", "pollux submit job.toml", "pollux ls"))
+def _pollux(
+    version: Annotated[
+        bool,
+        typer.Option("--version", help="Print the version and exit.", callback=_print_version, is_eager=True),
+    ] = False,
+) -> None:
+    """Pollux: goodput-optimized scheduling of deep-learning training jobs."""
+
+
+app.command(
+    "simulate",
+    epilog=examples("pollux simulate", "pollux simulate workload-1 -p pollux -p tiresias --out results/w1"),
+)(simulate_command)
 register_runtime(app)
+app.add_typer(data_app, name="data")
+app.add_typer(workload_app, name="workload")
+app.add_typer(spec_app, name="spec")
 
 DataDirOption = Annotated[
     Path | None,
@@ -35,9 +56,12 @@ DataDirOption = Annotated[
 ]
 
 
-@app.command()
+@app.command(epilog=examples("pollux fit", "pollux fit --data-dir ~/data/pollux-osdi21"))
 def fit(data_dir: DataDirOption = None) -> None:
-    """Fit the throughput model to every real job profile and print how well it fits."""
+    """Fit the throughput model to every real job profile. Prints how well it fits each, and extrapolates."""
+    from rich.table import Table
+    from rich.text import Text
+
     from pollux.calibration import fit_profile
     from pollux.data.locate import find_data_dir
     from pollux.data.profiles import MODELS, load_profile

@@ -4,23 +4,29 @@ drops the first silently and dies on a stray closing tag. Style comes from `Text
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
-from rich.text import Text
 from typer.core import TyperGroup
 
 from pollux.errors import PolluxError
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 
 def plain_console(*, stderr: bool = False, width: int | None = None) -> Console:
-    """A console without markup, emoji or highlighting: every string it prints appears literally."""
+    """A console without markup, emoji or highlighting: every string it prints appears literally. (rich is imported
+    here, not atop the module: `pollux --help` prints no console output and starts faster without it.)"""
+    from rich.console import Console
+
     return Console(stderr=stderr, width=width, markup=False, emoji=False, highlight=False)
 
 
 def print_error(error: BaseException) -> None:
     """`error: <message>` on stderr, one line however long (a wrapped path would read as two)."""
+    from rich.text import Text
+
     plain_console(stderr=True).print(Text.assemble(("error:", "red"), f" {error}"), soft_wrap=True)
 
 

@@ -13,3 +13,6 @@ ROUND_INTERVAL_S = 60
 LEASE_MIN_RUN_S = 60.0
 # Seconds a real job asked to stop (SIGTERM) may take to checkpoint before it is killed.
 STOP_GRACE_S = 60.0
+# Hour of the Philly trace's day at which a generated workload's submission window starts (`pollux workload
+# generate --start-hour`, `pollux.sim.generate`).
+GENERATE_START_HOUR = 2

@@ -15,8 +15,7 @@ from typing import Annotated
 
 import typer
 
-from pollux.console import OneLineErrors
-from pollux.data.fetch import fetch
+from pollux.cli_app import CliApp, examples
 from pollux.data.locate import (
     ARTIFACTS,
     DATASET,
@@ -27,14 +26,12 @@ from pollux.data.locate import (
     default_cache_dir,
     find_data_dir,
 )
-from pollux.data.verify import verify
 from pollux.errors import DataNotFoundError
 
-app = typer.Typer(
+app = CliApp(
     name="data",
-    help="Get, locate and verify the artifacts' data files (pollux-osdi21, sia-sosp23).",
-    no_args_is_help=True,
-    cls=OneLineErrors,
+    help="Get, locate and verify the artifacts' data files. Two artifacts: pollux-osdi21 and sia-sosp23.",
+    epilog=examples("pollux data status", "pollux data fetch"),
 )
 
 
@@ -46,7 +43,7 @@ class ArtifactChoice(StrEnum):
     ALL = "all"
 
 
-@app.command("fetch")
+@app.command("fetch", epilog=examples("pollux data fetch", "pollux data fetch --artifact sia-sosp23"))
 def fetch_command(
     artifact: Annotated[
         ArtifactChoice, typer.Option("--artifact", "-a", help="Which artifact's data to fetch")
@@ -63,7 +60,10 @@ def fetch_command(
         ),
     ] = None,
 ) -> None:
-    """Download every data file, checking each against the manifest's sha256."""
+    """Download every data file. Each is checked against the manifest's sha256."""
+    from pollux.data.fetch import fetch  # the HTTP stack: only for this command
+    from pollux.data.verify import verify
+
     chosen = ARTIFACTS if artifact is ArtifactChoice.ALL else (check_artifact(artifact.value),)
     if len(chosen) > 1 and (dest is not None or base_url is not None):
         raise typer.BadParameter("--dest and --base-url name one artifact's folder: add --artifact NAME")
@@ -77,7 +77,7 @@ def fetch_command(
         raise typer.Exit(1)
 
 
-@app.command("status")
+@app.command("status", epilog=examples("pollux data status"))
 def status_command(
     data_dir: Annotated[
         Path | None,
@@ -88,8 +88,11 @@ def status_command(
         typer.Option("--sia-data-dir", help="Use this sia-sosp23 folder instead of searching", show_default=False),
     ] = None,
 ) -> None:
-    """Say, for each artifact, where its data was found (and by which rule) and whether every file matches its
-    manifest. An artifact found nowhere is reported as such; neither found anywhere is an error."""
+    """Say where each artifact's data is, and whether it is intact. For each artifact: where its data was found (and
+    by which rule), and whether every file matches its manifest. An artifact found nowhere is reported as such;
+    neither found anywhere is an error."""
+    from pollux.data.verify import verify
+
     given = {DATASET: data_dir, SIA_DATASET: sia_data_dir}
     found: dict[Artifact, DataLocation | DataNotFoundError] = {}
     for artifact in ARTIFACTS:

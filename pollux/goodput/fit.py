@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.optimize import minimize
 
 from pollux.goodput.throughput import ThroughputParams, compute_time, iteration_time
 
@@ -208,6 +207,9 @@ def fit_throughput(samples: ThroughputSamples, initial: ThroughputParams | None 
     bounds = [(np.log(FLOOR), LOG_CEILING)] * 6 + [GAMMA_BOUNDS]
     bounds = [(theta0[i], theta0[i]) if not free[i] else b for i, b in enumerate(bounds)]
     theta0 = np.clip(theta0, [b[0] for b in bounds], [b[1] for b in bounds])
+    # Imported here, not atop: goodput is evaluated (the agent, `pollux ls`) far more often than it is fitted.
+    from scipy.optimize import minimize
+
     objective = _Objective(samples, free.astype(np.float64))
     result = minimize(objective, theta0, jac=True, method="L-BFGS-B", bounds=bounds)
     values = np.concatenate([np.exp(result.x[:6]), [result.x[GAMMA]]])

@@ -23,6 +23,7 @@ from typing import Annotated, Any, TextIO, TypeVar
 
 import typer
 
+from pollux.cli_app import examples
 from pollux.cluster import Cluster
 from pollux.console import plain_console, print_error
 from pollux.defaults import LEASE_MIN_RUN_S, RESTART_DELAY_S, ROUND_INTERVAL_S, STOP_GRACE_S
@@ -138,13 +139,16 @@ def up(
     gpu_type: Annotated[
         list[str] | None,
         typer.Option(
+            metavar="NAME[=SLOTS]",
             help="Local backend: the GPU type of the slots (NAME), or one virtual node per NAME=SLOTS (CPU slots, "
-            "for tests); default: nvidia-smi's model, else cpu."
+            "for tests); default: nvidia-smi's model, else cpu.",
         ),
     ] = None,
     gpu_type_resource: Annotated[
         list[str] | None,
-        typer.Option(help="Ray backend: RESOURCE=TYPE, nodes offering RESOURCE have GPUs of TYPE (repeatable)."),
+        typer.Option(
+            metavar="RESOURCE=TYPE", help="Ray backend: nodes offering RESOURCE have GPUs of TYPE (repeatable)."
+        ),
     ] = None,
     autoscale: Annotated[
         bool,
@@ -154,7 +158,9 @@ def up(
     ] = False,
     node_type: Annotated[
         list[str] | None,
-        typer.Option(help="With --autoscale: TYPE:GPUS_PER_NODE:MIN:MAX, a node type Ray's autoscaler may start."),
+        typer.Option(
+            metavar="TYPE:GPUS_PER_NODE:MIN:MAX", help="With --autoscale: a node type Ray's autoscaler may start."
+        ),
     ] = None,
     autoscale_window: Annotated[
         int | None,
@@ -166,7 +172,8 @@ def up(
     ] = None,
     state_dir: StateDirOption = None,
 ) -> None:
-    """Run the scheduler service in the foreground until `pollux down` (or Ctrl-C): jobs checkpoint on the way out."""
+    """Run the scheduler service in the foreground. It runs until `pollux down` (or Ctrl-C); its jobs checkpoint on
+    the way out and resume at the next `pollux up`."""
     from pollux.autoscale import WINDOW_ROUNDS
     from pollux.runtime.api import ApiServer
     from pollux.runtime.client import write_endpoint, write_token
@@ -204,7 +211,13 @@ def up(
                 autoscaler = RayAutoscaler(node_types, gpu_resource, mapping)
                 autoscaler.check_available()
             service = Service(config, launcher, autoscaler=autoscaler)
-            api = ApiServer(service, write_token(directory), host, port)
+            try:
+                api = ApiServer(service, write_token(directory), host, port)
+            except OSError as error:  # the port is taken, or the address is not this machine's
+                raise ServiceError(
+                    f"cannot listen on {host}:{port} ({error.strerror}); pick another --port (0: any free one) "
+                    "or --host"
+                ) from None
         except BaseException:
             launcher.shutdown()
             raise
@@ -493,7 +506,7 @@ def down(
     ] = 600.0,
     state_dir: StateDirOption = None,
 ) -> None:
-    """Stop the service gracefully: every running job checkpoints, and resumes at the next `pollux up`."""
+    """Stop the service gracefully. Every running job checkpoints, and resumes at the next `pollux up`."""
     client = _client(state_dir)
     client.shutdown()
     console = plain_console(stderr=True)
@@ -537,7 +550,8 @@ def dashboard(
     no_open: Annotated[bool, typer.Option("--no-open", help="Only print the one-time link; open no browser.")] = False,
     state_dir: StateDirOption = None,
 ) -> None:
-    """Open the live dashboard in a browser, logged in by a one-time link (printed too; it works once, for 2 min)."""
+    """Open the live dashboard in a browser. Logged in by a one-time link, printed too (it works once, for 2
+    minutes)."""
     link = _client(state_dir).dashboard_link()
     print(link, flush=True)  # one line, exactly the link: scripts and tests read it
     if not no_open:
@@ -547,7 +561,19 @@ def dashboard(
             plain_console(stderr=True).print("no browser found here: open the link above in one", soft_wrap=True)
 
 
+EXAMPLES: dict[Callable[..., None], str] = {
+    up: examples("pollux up", "pollux up --slots 4 --policy pollux", "pollux up --backend ray --ray-address auto"),
+    submit: examples("pollux submit job.toml", "pollux submit a.toml b.toml jobs/"),
+    ls: examples("pollux ls", "pollux ls digits", "pollux ls --status running,pending", "pollux ls --json"),
+    logs: examples("pollux logs digits", "pollux logs digits --follow"),
+    cancel: examples("pollux cancel digits"),
+    rm: examples("pollux rm digits", "pollux rm digits cifar"),
+    down: examples("pollux down"),
+    dashboard: examples("pollux dashboard", "pollux dashboard --no-open"),
+}
+
+
 def register(app: typer.Typer) -> None:
-    """Add the runtime's commands to the `pollux` application."""
-    for command in (up, submit, ls, logs, cancel, rm, down, dashboard):
-        app.command(command.__name__)(command)
+    """Add the runtime's commands to the `pollux` application, each with its example."""
+    for command, epilog in EXAMPLES.items():
+        app.command(command.__name__, epilog=epilog)(command)

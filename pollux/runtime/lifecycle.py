@@ -261,7 +261,8 @@ class JobLifecycle:
         try:
             workers = self.launcher.launch(request)
         except LaunchError as error:
-            LOG.warning("job %s: %s", name, error)
+            message = str(error)  # most launchers' errors name the job already: "job nobin: ..."
+            LOG.warning("%s", message if message.startswith(f"job {name}:") else f"job {name}: {message}")
             if error.transient:
                 self.job(name).not_before = now + self.config.backoff_s
                 self.store.record_exit(name, JobEvent.LAUNCH_DEFERRED, now, f"could not launch yet ({error}); retrying")

@@ -61,10 +61,15 @@ class _Requests:
     wake: bool = False
 
 
-def _describe(decision: Decision, held: Allocation) -> str:
-    """One decision of a round, for the log: `resize digits 1 -> 2 GPU(s) on (2,)`."""
+def _describe(decision: Decision, held: Allocation, status: str) -> str:
+    """One decision of a round and whether it took, for the log (written once the round's launches are done):
+    `resize digits 1 -> 2 GPU(s) on (2,)`, or `start nobin 0 -> 1 GPU(s) on (1,): not launched (failed)` after
+    the launcher's error."""
     change = f"{decision.kind} {decision.job} {num_gpus(held)} -> {num_gpus(decision.allocation)} GPU(s)"
-    return change if decision.kind == "stop" else f"{change} on {decision.allocation}"
+    if decision.kind == "stop":
+        return change
+    placed = f"{change} on {decision.allocation}"
+    return placed if status == "running" else f"{placed}: not launched ({status})"
 
 
 class Service:
@@ -169,7 +174,10 @@ class Service:
                 with self._cond:
                     if not (self._requests.wake or self._requests.shutdown):
                         self._cond.wait(self.config.tick_s)
+            running = [s for s in self.store.jobs(include_finished=False) if s.status == "running"]
+            LOG.info("shutting down: %d job(s) checkpointing", len(running))
             self.lifecycle.stop_all("scheduler shut down; resumes at the next `pollux up`")
+            LOG.info("stopped")
         finally:
             self.store.close()
             self._stopped.set()
@@ -243,7 +251,10 @@ class Service:
         views = self.backend.last_views
         held = {view.name: view.allocation for view in views}
         if result.decisions:
-            changes = "; ".join(_describe(decision, held[decision.job]) for decision in result.decisions)
+            changes = "; ".join(
+                _describe(decision, held[decision.job], self.store.job(decision.job).status)
+                for decision in result.decisions
+            )
             LOG.info("round %d: %s", self.rounds, changes)
         self._record_round(now, result.decisions, held)
         for view in views:

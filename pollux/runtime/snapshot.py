@@ -8,15 +8,17 @@ change."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from pollux.agent.report import JobReport
 from pollux.runtime import joblog
 from pollux.runtime.config import ServiceConfig
 from pollux.runtime.removal import remove_job
-from pollux.runtime.service import Service
 from pollux.runtime.store import StateStore
 from pollux.runtime.views import job_row
+
+if TYPE_CHECKING:
+    from pollux.runtime.service import Service  # typing only: the offline `pollux ls` needs no scheduler
 
 
 class _StoredService:
@@ -37,7 +39,7 @@ def stored_jobs(database: Path, now: float) -> list[dict[str, Any]]:
     """Every job as `GET /v1/jobs` would list it."""
     store = StateStore(database)
     try:
-        view = cast(Service, _StoredService(store))
+        view = cast("Service", _StoredService(store))
         return [job_row(view, state, now) for state in store.jobs()]
     finally:
         store.close()
@@ -49,7 +51,7 @@ def stored_job(database: Path, name: str, now: float) -> dict[str, Any]:
     try:
         state = store.job(name)
         return {
-            **job_row(cast(Service, _StoredService(store)), state, now),
+            **job_row(cast("Service", _StoredService(store)), state, now),
             "history": [{"at": at, "status": s, "reason": r} for at, s, r in store.history(name)],
             "report": store.report(name),
         }

@@ -106,9 +106,25 @@ class JobSpec:
     """[min, max] per-GPU batch the GPU memory allows (default: [1, max_batch_size])."""
 
     @model_validator(mode="after")
-    def _batch_sizes(self) -> JobSpec:
-        if self.max_batch_size < self.init_batch_size:
-            raise invalid(f"an integer >= {self.init_batch_size}", self.max_batch_size, "max_batch_size")
+    def _batch_sizes(self, info: ValidationInfo) -> JobSpec:
+        """The total max frames every other batch size: a bound past it is the bound's error, not the max's."""
+        if self.init_batch_size > self.max_batch_size:
+            raise rule(
+                f"{self.init_batch_size} exceeds max_batch_size {self.max_batch_size}; lower init_batch_size or "
+                "raise max_batch_size",
+                "init_batch_size",
+            )
+        if not _submitted(info):
+            return self
+        named = {"local_bsz_bounds": self.local_bsz_bounds}
+        named |= {f"local_bsz_bounds_by_type.{t}": b for t, b in self.local_bsz_bounds_by_type.items()}
+        for field, (_, most) in named.items():
+            if most > self.max_batch_size:
+                raise rule(
+                    f"per-GPU max {most} exceeds max_batch_size {self.max_batch_size} (one GPU's batch is part of "
+                    f"the total); lower it to at most {self.max_batch_size} or raise max_batch_size",
+                    field,
+                )
         return self
 
     min_gpus: Annotated[StrictInt, Field(ge=0)] = 0
@@ -119,20 +135,25 @@ class JobSpec:
     """The request of fixed-size policies (fifo, tiresias); default max(min_gpus, 1)."""
 
     @model_validator(mode="after")
-    def _gpu_counts(self) -> JobSpec:
+    def _gpu_counts(self, info: ValidationInfo) -> JobSpec:
+        """max_gpus frames the other counts, as max_batch_size frames the batch sizes."""
+        if self.min_gpus > self.max_gpus:
+            raise rule(
+                f"{self.min_gpus} exceeds max_gpus {self.max_gpus}; lower min_gpus or raise max_gpus", "min_gpus"
+            )
         least = max(self.min_gpus, 1)
-        if self.max_gpus < least:
-            raise invalid(f"an integer >= {least}", self.max_gpus, "max_gpus")
         if self.gpus < least:
             raise invalid(f"an integer >= {least}", self.gpus, "gpus")
         if self.gpus > self.max_gpus:
             raise rule(f"{self.gpus} exceeds max_gpus {self.max_gpus}; lower gpus or raise max_gpus", "gpus")
-        if self.min_gpus * self.local_bsz_bounds[0] > self.max_batch_size:
-            raise rule(
-                f"{self.min_gpus} GPUs x local_bsz_bounds min {self.local_bsz_bounds[0]} exceed max_batch_size "
-                f"{self.max_batch_size}; lower min_gpus or raise max_batch_size",
-                "min_gpus",
-            )
+        counts = {"min_gpus": self.min_gpus, **({"gpus": self.gpus} if _submitted(info) else {})}
+        for field, count in counts.items():
+            if count * self.local_bsz_bounds[0] > self.max_batch_size:
+                raise rule(
+                    f"{count} GPUs x local_bsz_bounds min {self.local_bsz_bounds[0]} exceed max_batch_size "
+                    f"{self.max_batch_size}; lower {field} or raise max_batch_size",
+                    field,
+                )
         return self
 
     adaptive: StrictBool = True
@@ -149,6 +170,21 @@ class JobSpec:
     """Examples/s on one GPU of each type (a profile), for the policies' first guess."""
     local_bsz_bounds_by_type: dict[TypeName, Bounds] = Field(default_factory=dict)
     """[min, max] per-GPU batch on the types whose memory differs from local_bsz_bounds."""
+
+    @model_validator(mode="after")
+    def _types_it_may_run_on(self, info: ValidationInfo) -> JobSpec:
+        """A throughput or bounds for a type outside gpu_types would never be used: a typo, most likely."""
+        if self.gpu_types is None or not _submitted(info):
+            return self
+        for field in ("single_gpu_throughput", "local_bsz_bounds_by_type"):
+            for gpu_type in getattr(self, field):
+                if gpu_type not in self.gpu_types:
+                    raise rule(
+                        f"{gpu_type!r} is not one of gpu_types ({', '.join(self.gpu_types)}); add it to gpu_types "
+                        "or remove it here",
+                        f"{field}.{gpu_type}",
+                    )
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -198,6 +234,12 @@ class JobSpec:
 
 
 _ADAPTER = TypeAdapter(JobSpec)
+
+
+def _submitted(info: ValidationInfo) -> bool:
+    """Whether a user submits this spec (read from a file or text), not the store reads one back. Rules added since
+    a spec could be stored are checked on submission only: a job accepted before stays readable."""
+    return bool(info.context and "base" in info.context)
 
 
 @functools.cache

@@ -8,13 +8,15 @@ A dashboard poll does no more than one query per table and the job rows, so it s
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pollux.cluster import placement
 from pollux.runtime import joblog
 from pollux.runtime.reports import report_metrics
-from pollux.runtime.service import Service
 from pollux.runtime.store import JobState
+
+if TYPE_CHECKING:
+    from pollux.runtime.service import Service  # typing only: the offline `pollux ls` needs no scheduler
 
 ROUNDS_SHOWN = 500  # rounds behind the utilization chart
 DECISION_ROUNDS_SHOWN = 60  # rounds that decided something, in the scheduler view

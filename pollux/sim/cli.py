@@ -1,36 +1,35 @@
-"""`pollux simulate`: every chosen policy on one workload, in parallel processes, with a table and plots."""
+"""`pollux simulate`: every chosen policy on one workload, in parallel processes, with a table and plots.
+
+The simulator itself (numpy, scipy, the policies) and rich's progress bars are imported where they are used, not
+atop this module: `pollux --help` and `pollux simulate --help` load this file, and answer in a fraction of a second.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing
 import os
-import queue
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TaskID, TextColumn
-from rich.table import Table
-from rich.text import Text
 
-from pollux.autoscale import AutoscaleSettings
 from pollux.cluster import DEFAULT_GPU_TYPE, Cluster
 from pollux.cluster_spec import DEFAULT_PRESET, PRESETS, load_cluster
 from pollux.console import plain_console
 from pollux.data.locate import DATASET, SIA_DATASET, Artifact
 from pollux.defaults import RESTART_DELAY_S, ROUND_INTERVAL_S
 from pollux.errors import DataNotFoundError, PolluxError
-from pollux.lease import Lease
 from pollux.option_bounds import bounds
-from pollux.sim.jobmodel import JobModel
-from pollux.sim.run import SimConfig, SimResult
-from pollux.sim.table import columns_of, in_table_order
-from pollux.sim.typed import TypedJobModel
-from pollux.sim.workload import Workload, workload_artifact
+from pollux.sim.workload import workload_artifact
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from pollux.autoscale import AutoscaleSettings
+    from pollux.sim.jobmodel import JobModel
+    from pollux.sim.run import SimConfig, SimResult
+    from pollux.sim.typed import TypedJobModel
+    from pollux.sim.workload import Workload
 
 DEFAULT_WORKLOAD = "workload-1"
 OFFLINE_JOBS, OFFLINE_HOURS = 160, 8.0
@@ -115,77 +114,6 @@ def run_policy(policy_name: str, inputs: SimInputs, config: SimConfig, progress=
     return simulate(workload.jobs, policy, models, config, on_round=report)
 
 
-def run_policies(
-    policies: list[str], inputs: SimInputs, config: SimConfig, processes: int, console: Console
-) -> list[SimResult]:
-    """Run each policy in its own process (in this one with `processes` = 1) with a progress bar per policy."""
-    with (
-        multiprocessing.Manager() as manager,
-        Progress(
-            TextColumn("{task.description:>10}", markup=False),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("jobs done"),
-            SimulatingSeconds(),
-            console=console,
-            transient=False,
-        ) as bars,
-    ):
-        updates = manager.Queue()
-        tasks = {name: bars.add_task(name, total=None, start=False) for name in policies}
-        if processes == 1:
-            inline, results = _BarUpdates(bars, tasks), []
-            for name in policies:
-                results.append(run_policy(name, inputs, config, inline))
-                bars.stop_task(tasks[name])
-            return results
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=max(1, processes), mp_context=context) as pool:
-            futures = {name: pool.submit(run_policy, name, inputs, config, updates) for name in policies}
-            running = dict(futures)
-            while running:
-                with contextlib.suppress(queue.Empty):
-                    name, done, total = updates.get(timeout=0.2)
-                    _advance(bars, tasks[name], done, total)
-                for name in [name for name, future in running.items() if future.done()]:
-                    bars.stop_task(tasks[name])  # its result is in: the clock stops where `wall_s` stopped
-                    del running[name]
-            results = [futures[name].result() for name in policies]
-        for result in results:
-            _advance(bars, tasks[result.policy], len(result.jobs), len(result.jobs))
-    return results
-
-
-class SimulatingSeconds(ProgressColumn):
-    """Seconds a policy has been simulating, counted as the table's "wall s" counts them: from its simulation's
-    start (not from when its bar appeared: a policy may wait for a free process) until its result is in (its last
-    job's finish is not the end: each job's fairness is measured after)."""
-
-    def render(self, task: Task) -> Text:
-        if task.start_time is None:
-            return Text("waiting", style="progress.elapsed")
-        if task.stop_time is None:
-            return Text(f"simulating {task.elapsed or 0.0:.1f} s", style="progress.elapsed")
-        return Text(f"simulated in {task.elapsed or 0.0:.1f} s", style="progress.elapsed")
-
-
-def _advance(bars: Progress, task: TaskID, done: int, total: int) -> None:
-    """Move a policy's bar; its first update (its simulation starting) starts its clock."""
-    bars.start_task(task)
-    bars.update(task, completed=done, total=total)
-
-
-class _BarUpdates:
-    """`run_policy`'s progress queue when it runs in this process: each update moves its bar at once."""
-
-    def __init__(self, bars: Progress, tasks: dict[str, TaskID]) -> None:
-        self.bars, self.tasks = bars, tasks
-
-    def put(self, update: tuple[str, int, int]) -> None:
-        name, done, total = update
-        _advance(self.bars, self.tasks[name], done, total)
-
-
 def _make_out_dir(out: Path) -> None:
     """Create --out before simulating: a path that cannot be a folder would otherwise fail after every run."""
     try:
@@ -228,6 +156,8 @@ def chosen_autoscale(
     """Autoscaling between `--min-nodes` (default 1) and `--max-nodes` (default the cluster's nodes) when either is
     given; None (a fixed cluster) otherwise. Refused before anything starts: a maximum below the minimum, a cluster
     of several GPU types, and `--boot-time` without autoscaling."""
+    from pollux.autoscale import AutoscaleSettings
+
     if min_nodes is None and max_nodes is None:
         if boot_time:
             raise PolluxError("--boot-time applies to autoscaled clusters: add --min-nodes/--max-nodes, or drop it")
@@ -247,6 +177,10 @@ def chosen_autoscale(
 
 def summary_table(results: list[SimResult], title: str) -> Table:
     """The comparison table (`pollux.sim.table`), what each column means in its caption."""
+    from rich.table import Table
+
+    from pollux.sim.table import columns_of, in_table_order
+
     columns = columns_of(results)
     caption = "\n".join(f"{c.label}: {c.meaning}" for c in columns)
     table = Table(title=title, caption=caption, caption_justify="left")
@@ -264,7 +198,12 @@ def simulate_command(
     ] = DEFAULT_WORKLOAD,
     policy: Annotated[
         list[str] | None,
-        typer.Option("--policy", "-p", help="Repeat for several; default: all (pollux-unaware: typed clusters only)."),
+        typer.Option(
+            "--policy",
+            "-p",
+            metavar="NAME",
+            help="Repeat for several; default: all (pollux-unaware: typed clusters only).",
+        ),
     ] = None,
     cluster: Annotated[
         str | None,
@@ -299,9 +238,7 @@ def simulate_command(
             callback=bounds(0),
         ),
     ] = None,
-    seed: Annotated[
-        int, typer.Option(help="Seed for anything random (generated workloads, searches).", callback=bounds(0))
-    ] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of workloads and searches.", callback=bounds(0))] = 0,
     out: Annotated[Path, typer.Option(help="Folder for summary.json, CSVs and plots.")] = Path("results/simulate"),
     processes: Annotated[int, typer.Option(help="Policies simulated at once.", callback=bounds(1))] = 2,
     min_nodes: Annotated[
@@ -317,9 +254,13 @@ def simulate_command(
     ] = 0,
     data_dir: Annotated[Path | None, typer.Option(help="Artifact data folder.")] = None,
 ) -> None:
-    """Replay a workload under each policy and compare them: table on screen, files in --out."""
+    """Replay a workload under each policy and compare them. A table on screen; the summary, CSVs, plots and an
+    HTML report in --out."""
+    from pollux.lease import Lease
     from pollux.policies.registry import POLICIES
+    from pollux.sim.progress import run_policies
     from pollux.sim.report import write_outputs
+    from pollux.sim.run import SimConfig, check_workload_fits
 
     console = plain_console()
     chosen = chosen_cluster(cluster, nodes, gpus_per_node)
@@ -331,7 +272,8 @@ def simulate_command(
     if unknown:
         raise PolluxError(f"unknown policy {unknown[0]!r}; choose from: {', '.join(POLICIES)}")
     inputs, note = resolve_inputs(workload, data_dir, seed, cluster=config.cluster)
-    load_inputs(inputs)  # a missing or malformed workload is reported here, not from a worker under a bar
+    models, loaded = load_inputs(inputs)  # a missing, malformed or too large workload is refused before any bar
+    check_workload_fits(loaded.jobs, models, config.largest_cluster())
     _make_out_dir(out)
     console.print(note, soft_wrap=True)
     results = run_policies(names, inputs, config, processes, console)

@@ -39,13 +39,13 @@ from pollux.data.philly import (
     find_philly_trace,
     read_philly_trace,
 )
+from pollux.defaults import GENERATE_START_HOUR
 from pollux.errors import DataNotFoundError, SpecError
 from pollux.sim.workload import Workload, WorkloadJob
 
 DAY_S = 24 * 3600
 HOUR_S = 3600
 GPU_TIME_QUANTILES = 201  # 0, 0.5, ..., 100 percent
-DEFAULT_START_HOUR = 2
 # GPU-time bucket upper edges (1, 10, 100 GPU-hours) and the applications each bucket becomes, chosen uniformly:
 # "cifar10 or ncf at random" and "deepspeech2, half of them bert" are both a fair pick between two.
 BUCKET_EDGES_S: tuple[float, ...] = (1.0 * HOUR_S, 10.0 * HOUR_S, 100.0 * HOUR_S)
@@ -174,7 +174,7 @@ def generate_workload(
     load: float = 1.0,
     data_dir: Path | None = None,
     *,
-    start_hour: int = DEFAULT_START_HOUR,
+    start_hour: int = GENERATE_START_HOUR,
     configs: ConfigChoices | None = None,
     source: Source = "auto",
 ) -> Workload:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pollux.autoscale import AutoscaleSettings
+from pollux.autoscale import AutoscaleSettings, with_nodes
 from pollux.cluster import Cluster
 from pollux.data.philly import philly_service_samples
 from pollux.defaults import RESTART_DELAY_S, ROUND_INTERVAL_S
@@ -46,6 +46,10 @@ class SimConfig:
     boot_time_s: float = 0.0
     lease: Lease | None = None  # None: the paper's Pollux, any job may move every round
 
+    def largest_cluster(self) -> Cluster:
+        """The cluster every job must fit in: this one, or when autoscaled, at its most nodes."""
+        return self.cluster if self.autoscale is None else with_nodes(self.cluster, self.autoscale.max_nodes)
+
 
 @dataclass(frozen=True)
 class SimResult:
@@ -59,12 +63,10 @@ class SimResult:
     nodes: tuple[NodePoint, ...] = ()  # the node count after every round, when autoscaling
 
 
-def job_specs(
-    rows: Sequence[WorkloadJob], policy: Policy, models: Mapping[str, JobModel | TypedJobModel], cluster: Cluster
-):
-    """Workload rows as the policy's jobs: adaptive ones drop the user's batch; fixed ones keep it."""
-    specs = []
-    largest = max(cluster.gpus_of_type(t) for t in cluster.gpu_types)  # a job holds GPUs of one type
+def check_workload_fits(rows: Sequence[WorkloadJob], models: Collection[str], cluster: Cluster) -> None:
+    """Refuse a workload the simulator cannot run: a job of an unknown application, or one asking for more GPUs than
+    the cluster has of one type (a job holds GPUs of one type). `pollux simulate` asks before any progress bar."""
+    largest = max(cluster.gpus_of_type(t) for t in cluster.gpu_types)
     has = f"the cluster has {largest}" if largest == cluster.num_gpus else f"its largest GPU type has {largest}"
     for row in rows:
         if row.application not in models:
@@ -74,6 +76,15 @@ def job_specs(
                 f"job {row.name}: asks for {row.num_replicas} GPUs but {has}; "
                 "use a larger --cluster (or --nodes/--gpus-per-node) or fix the workload's num_replicas"
             )
+
+
+def job_specs(
+    rows: Sequence[WorkloadJob], policy: Policy, models: Mapping[str, JobModel | TypedJobModel], cluster: Cluster
+):
+    """Workload rows as the policy's jobs: adaptive ones drop the user's batch; fixed ones keep it."""
+    check_workload_fits(rows, models, cluster)
+    specs = []
+    for row in rows:
         batch: int | None = row.batch_size
         cap = None
         if row.application in ARTIFACT_ELASTIC_OVERRIDES and policy.elastic_gpus:

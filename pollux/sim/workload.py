@@ -1,18 +1,21 @@
 """Workloads: which jobs arrive when, and the GPUs and batch size their users asked for (docs/design.md, Workloads).
 
 A workload is the artifacts' CSV schema `name,time,application,num_replicas,batch_size`: `time` is the submission
-second from the start of the workload (whole seconds; Sia's Helios traces write them as `225.0`); `num_replicas`
-and `batch_size` are the user's request, kept by the baselines and ignored by Pollux. Read one from a path, or by
-its artifact name from that artifact's data folder: the Pollux artifact's `workload-1`, `workloads-2.0/workload-3`,
-`workloads-realistic/workload-2`; the Sia artifact's `philly/workload-3` and `saturn/workload-7` (Helios).
-`workload_artifact` says which artifact a name belongs to. Every bad row stops the read with a `TraceError` naming
-the file, the line and the field, because a simulation on a silently skipped job answers a different question than
-the one asked.
+time in seconds from the start of the workload: whole in the artifacts' files (Sia's Helios traces write them as
+`225.0`), with a fraction in real traces (`487.661836`), kept as written. The simulator steps in rounds: a job is
+considered by the first round at or after its submission, and its JCT counts from the submission itself.
+`num_replicas` and `batch_size` are the user's request, kept by the baselines and ignored by Pollux. Read one from a
+path, or by its artifact name from that artifact's data folder: the Pollux artifact's `workload-1`,
+`workloads-2.0/workload-3`, `workloads-realistic/workload-2`; the Sia artifact's `philly/workload-3` and
+`saturn/workload-7` (Helios). `workload_artifact` says which artifact a name belongs to. Every bad row stops the read
+with a `TraceError` naming the file, the line and the field, because a simulation on a silently skipped job answers a
+different question than the one asked.
 """
 
 from __future__ import annotations
 
 import csv
+import math
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -37,7 +40,7 @@ class WorkloadJob:
     """One job of a workload: its submission time and the user's request (used by the fixed-size baselines)."""
 
     name: str
-    submit_time_s: int
+    submit_time_s: float  # an int when whole, as every artifact workload is: its results stay as they were
     application: str
     num_replicas: int
     batch_size: int
@@ -215,7 +218,7 @@ def _parse_row(
         )
     return WorkloadJob(
         name=fields["name"],
-        submit_time_s=_integer(path, line, "time", fields["time"], minimum=0),
+        submit_time_s=_seconds(path, line, fields["time"]),
         application=application,
         num_replicas=_integer(path, line, "num_replicas", fields["num_replicas"], minimum=1),
         batch_size=_integer(path, line, "batch_size", fields["batch_size"], minimum=1),
@@ -236,6 +239,19 @@ def _integer(path: Path, line: int, field: str, text: str, minimum: int) -> int:
     if value < minimum:
         raise TraceError(f"{path}:{line}: field {field!r}: expected {accepted}, got {value}")
     return value
+
+
+def _seconds(path: Path, line: int, text: str) -> float:
+    """A submission time: non-negative seconds, whole (an int, `225.0` too) or with a fraction (`487.661836`)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise TraceError(
+            f"{path}:{line}: field 'time': expected non-negative seconds (e.g. 487 or 487.66), got {text!r}"
+        )
+    return int(value) if value.is_integer() else value
 
 
 def _whole_float(text: str) -> int | None:

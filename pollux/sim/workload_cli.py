@@ -13,17 +13,15 @@ from typing import Annotated
 
 import typer
 
-from pollux.console import OneLineErrors
+from pollux.cli_app import CliApp, examples
+from pollux.defaults import GENERATE_START_HOUR
 from pollux.errors import DataNotFoundError
 from pollux.option_bounds import bounds
-from pollux.sim.generate import DEFAULT_START_HOUR, SUMMARY_PATH, find_philly_trace, generate_workload
-from pollux.sim.workload import read_workload, write_workload
 
-app = typer.Typer(
+app = CliApp(
     name="workload",
     help="Generate and check workloads (job arrivals and requests).",
-    no_args_is_help=True,
-    cls=OneLineErrors,
+    epilog=examples("pollux workload generate --jobs 160 --hours 8", "pollux workload show workload-1"),
 )
 
 DataDirOption = Annotated[
@@ -45,7 +43,7 @@ def _workload() -> None:
     """Generate and check workloads (job arrivals and requests)."""
 
 
-@app.command("generate")
+@app.command("generate", epilog=examples("pollux workload generate --jobs 160 --hours 8 --seed 1"))
 def generate_command(
     jobs: Annotated[int, typer.Option("--jobs", "-n", help="Jobs at load 1.0", callback=bounds(1))],
     hours: Annotated[
@@ -58,7 +56,7 @@ def generate_command(
         int,
         typer.Option(
             "--seed",
-            help="Random seed: the same seed gives the same workload (as in `pollux simulate`)",
+            help="Seed: the same seed gives the same jobs",
             callback=bounds(0),
         ),
     ] = 0,
@@ -74,13 +72,22 @@ def generate_command(
     start_hour: Annotated[
         int,
         typer.Option("--start-hour", help="Hour of the trace's day where the window starts", callback=bounds(0, 23)),
-    ] = DEFAULT_START_HOUR,
+    ] = GENERATE_START_HOUR,
     source: Annotated[
         SourceChoice,
-        typer.Option("--source", help="auto: the Philly trace when found, else the committed summary"),
+        typer.Option(
+            "--source",
+            metavar="SOURCE",
+            help="trace, summary, or auto: the Philly trace when found, else the committed summary",
+        ),
     ] = SourceChoice.auto,
 ) -> None:
-    """Sample jobs as the artifact did: Philly submission times, application by GPU-time, a tuned request each."""
+    """Sample a workload as the artifact did. Philly submission times, application by GPU-time, a tuned request
+    each."""
+    from pollux.data.philly import SUMMARY_PATH
+    from pollux.sim.generate import generate_workload
+    from pollux.sim.workload import write_workload
+
     workload = generate_workload(jobs, hours, seed, load, data_dir, start_hour=start_hour, source=source.value)
     path = write_workload(workload, out or Path(f"{workload.name}.csv"))
     if workload.source == SUMMARY_PATH:
@@ -92,12 +99,14 @@ def generate_command(
     typer.echo(f"wrote {len(workload)} jobs to {path}, sampled from {origin}")
 
 
-@app.command("show")
+@app.command("show", epilog=examples("pollux workload show workload-1", "pollux workload show my-trace.csv"))
 def show_command(
     workload: Annotated[str, typer.Argument(help="CSV path, or artifact name: workload-1, workloads-2.0/workload-3")],
     data_dir: DataDirOption = None,
 ) -> None:
-    """Read and validate a workload, then print its size, span and job mix."""
+    """Check a workload and print its size, span and job mix."""
+    from pollux.sim.workload import read_workload
+
     loaded = read_workload(workload, data_dir)
     times = [job.submit_time_s for job in loaded.jobs]
     typer.echo(f"{loaded.name}: {len(loaded)} jobs from {loaded.source}")
@@ -110,6 +119,8 @@ def show_command(
 
 def _why_no_trace(data_dir: Path | None) -> str:
     """The reason the trace was not used, for the one-line report."""
+    from pollux.sim.generate import find_philly_trace
+
     try:
         find_philly_trace(data_dir)
     except DataNotFoundError as err:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -212,3 +213,13 @@ def test_up_refuses_a_second_service_and_a_public_bind(tmp_path, state):
     finally:
         up.down()
     assert os.path.exists(state / "state.db") and not (state / "endpoint.json").exists()
+
+
+def test_up_on_a_taken_port_is_one_line_naming_it_and_leaves_nothing_running(state):
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = pollux("up", "--state-dir", str(state), "--slots", "1", "--port", str(port), check=False, timeout=60)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"cannot listen on 127.0.0.1:{port}" in lines[0] and "--port" in lines[0], result.stderr
+    assert not (state / "endpoint.json").exists()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -309,3 +310,42 @@ def test_the_scheduler_log_has_every_launch_and_every_rounds_decisions(make, job
     assert len(launches) == 2, lines
     assert "2 worker(s) on (2,)" in launches[0] and "attempt 1" in launches[0] and "first start" in launches[0]
     assert "attempt 2" in launches[1] and "restart 1 (retry after a crash)" in launches[1]
+
+
+def runtime_log(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.name == "pollux.runtime"]
+
+
+def test_a_failed_launch_is_logged_once_named_and_its_round_says_it_did_not_start(make, jobs_dir, caplog):
+    caplog.set_level(logging.INFO, logger="pollux.runtime")
+    service, _ = make(policy="fifo")
+    spec = write_spec(jobs_dir, "nobin")
+    spec.write_text(spec.read_text().replace("python counter.py ", "no-such-program-here"))
+    service.submit(load_spec(spec))
+    pump(service, lambda: status(service, "nobin") == "failed", "the launch to fail")
+    lines = runtime_log(caplog)
+    failure = next(line for line in lines if "no-such-program-here" in line)
+    assert failure.startswith("job nobin: ") and "job nobin: job nobin" not in failure, lines
+    (decision,) = [line for line in lines if line.startswith("round ") and "nobin" in line]
+    assert decision.endswith("start nobin 0 -> 1 GPU(s) on (1,): not launched (failed)"), lines
+    assert lines.index(failure) < lines.index(decision)  # the round is told after its launches, as it went
+
+
+def test_a_shutdown_logs_the_jobs_it_checkpoints_and_that_it_stopped(tmp_path, jobs_dir, caplog):
+    caplog.set_level(logging.INFO, logger="pollux.runtime")
+    config = ServiceConfig(state_dir=tmp_path / "state", policy="fifo", interval_s=3600.0, stop_grace_s=10.0)
+    service = Service(config, LocalLauncher(2, stop_grace_s=5.0))
+    loop = threading.Thread(target=service.run)
+    loop.start()
+    try:
+        submit(service, jobs_dir, "idle", "plain")
+        deadline = time.monotonic() + 60
+        while not (status(service, "idle") == "running" and ready(service, "idle")):
+            assert time.monotonic() < deadline, "timed out waiting for the job to run"
+            time.sleep(0.05)
+    finally:
+        service.request_shutdown()
+        loop.join(60)
+        service.launcher.shutdown()
+    lines = runtime_log(caplog)
+    assert "shutting down: 1 job(s) checkpointing" in lines and lines[-1] == "stopped", lines

@@ -51,7 +51,13 @@ def test_a_command_string_is_split_like_a_shell(spec_dir):
         ({"command": []}, "command"),
         ({"command": ["python", "missing.py"]}, "command"),
         ({"init_batch_size": 0}, "init_batch_size"),
-        ({"max_batch_size": 64}, "max_batch_size"),
+        ({"max_batch_size": 64}, "init_batch_size"),  # the max frames the initial batch, not the other way round
+        ({"max_batch_size": 512, "local_bsz_bounds": [8, 1024]}, "local_bsz_bounds"),
+        ({"max_batch_size": 512, "local_bsz_bounds_by_type": {"rtx": [8, 1024]}}, "local_bsz_bounds_by_type.rtx"),
+        ({"max_batch_size": 512, "local_bsz_bounds": [128, 256], "gpus": 8}, "gpus"),
+        ({"min_gpus": 8, "max_gpus": 4}, "min_gpus"),
+        ({"gpu_types": ["a100"], "single_gpu_throughput": {"rtx": 300.0}}, "single_gpu_throughput.rtx"),
+        ({"gpu_types": ["a100"], "local_bsz_bounds_by_type": {"rtx": [8, 64]}}, "local_bsz_bounds_by_type.rtx"),
         ({"local_bsz_bounds": [64, 32]}, "local_bsz_bounds"),
         ({"local_bsz_bounds": [32]}, "local_bsz_bounds"),
         ({"min_gpus": 40, "local_bsz_bounds": [128, 256]}, "min_gpus"),
@@ -120,3 +126,31 @@ def test_a_stored_spec_reads_back_equal_even_with_the_legacy_priority_and_owner(
     assert stored["checkpoint_dir"] == str(spec_dir.resolve() / "ckpt") and stored["local_bsz_bounds"] == [32, 512]
     assert JobSpec.from_json_dict(stored) == spec
     assert JobSpec.from_json_dict({**stored, "priority": 0, "owner": "alice"}) == spec  # stored by an older version
+
+
+def test_init_batch_size_over_the_max_blames_init_batch_size_with_the_fix(spec_dir):
+    data = {"name": "job", "command": ["python", "train.py"], "init_batch_size": 1024, "max_batch_size": 512}
+    with pytest.raises(SpecError) as err:
+        parse_spec(data, "job.toml", spec_dir)
+    assert str(err.value) == (
+        "job.toml: field 'init_batch_size': 1024 exceeds max_batch_size 512; lower init_batch_size or raise "
+        "max_batch_size"
+    )
+
+
+def test_a_per_gpu_max_up_to_the_total_max_is_accepted(spec_dir):
+    data = {"name": "job", "command": ["python", "train.py"], "init_batch_size": 64, "max_batch_size": 512}
+    spec = parse_spec({**data, "local_bsz_bounds": [8, 512], "gpus": 4}, "job.toml", spec_dir)
+    assert spec.local_bsz_bounds == (8, 512) and spec.gpus == 4
+
+
+def test_a_stored_spec_accepted_before_the_per_gpu_rules_still_reads_back(spec_dir):
+    """A job stored before the per-GPU max had to fit max_batch_size stays readable: the service resumes it."""
+    spec = parse_spec(
+        {"name": "job", "command": ["python", "train.py"], "init_batch_size": 64, "max_batch_size": 512},
+        "job.toml",
+        spec_dir,
+    )
+    stored = {**spec.to_json_dict(), "local_bsz_bounds": [8, 1024], "gpu_types": ["a100"]}
+    stored["single_gpu_throughput"] = {"rtx": 300.0}
+    assert JobSpec.from_json_dict(stored).local_bsz_bounds == (8, 1024)

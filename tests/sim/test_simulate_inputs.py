@@ -47,3 +47,22 @@ def test_an_out_path_that_is_a_file_is_reported_before_simulating(tmp_path, monk
     taken = tmp_path / "taken"
     taken.write_text("not a folder")
     assert_input_error(run("workload-1", "-p", "fifo", "--out", str(taken)), "--out")
+
+
+def test_a_generated_workload_too_large_for_the_cluster_is_refused_before_any_progress_bar(tmp_path, monkeypatch):
+    empty = tmp_path / "empty-data"
+    empty.mkdir()
+    monkeypatch.setenv("POLLUX_DATA_DIR", str(empty))  # offline: the generated workload has jobs of up to 24 GPUs
+    monkeypatch.setenv("POLLUX_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "o"
+    result = run("--nodes", "1", "--gpus-per-node", "1", "-p", "fifo", "--out", str(out))
+    assert_input_error(result, "GPUs but the cluster has 1")
+    assert not out.exists()
+
+
+def test_a_workload_row_too_large_for_an_autoscaled_cluster_names_its_largest_size(tmp_path):
+    big = tmp_path / "big.csv"
+    big.write_text(HEADER + "cifar10-0,0,cifar10,16,128\n")
+    cluster = ("--nodes", "4", "--gpus-per-node", "2", "--max-nodes", "2")  # autoscaled up to 2 nodes: 4 GPUs
+    result = run(str(big), *cluster, "-p", "fifo", "--out", str(tmp_path / "o"))
+    assert_input_error(result, "asks for 16 GPUs but the cluster has 4")

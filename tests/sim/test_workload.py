@@ -106,8 +106,8 @@ BAD_INPUTS = [
     pytest.param("name,time,application,num_replicas\na,1,cifar10,1\n", 1, "batch_size", id="missing-column"),
     pytest.param(HEADER + "a,1,cifar10,1,128\nb,2,cifar10,1\n", 3, "batch_size", id="too-few-fields"),
     pytest.param(HEADER + "a,1,cifar10,1,128,9\n", 2, "extra field", id="too-many-fields"),
-    pytest.param(HEADER + "a,1.5,cifar10,1,128\n", 2, "'time'", id="time-not-integer"),
-    pytest.param(HEADER + "a,1.0,cifar10,1,128\nb,2.25,cifar10,1,128\n", 3, "'time'", id="time-not-whole"),
+    pytest.param(HEADER + "a,1.5s,cifar10,1,128\n", 2, "'time'", id="time-not-a-number"),
+    pytest.param(HEADER + "a,1.0,cifar10,1,128\nb,-2.25,cifar10,1,128\n", 3, "'time'", id="time-negative-fraction"),
     pytest.param(HEADER + "a,inf,cifar10,1,128\n", 2, "'time'", id="time-infinite"),
     pytest.param(HEADER + "a,1,cifar10,1.5,128\n", 2, "'num_replicas'", id="replicas-not-whole"),
     pytest.param(HEADER + "a,1,cifar10,two,128\n", 2, "'num_replicas'", id="replicas-not-integer"),
@@ -232,10 +232,11 @@ def test_a_sia_name_without_sia_data_names_its_variable(tmp_path: Path, monkeypa
 
 def test_a_malformed_sia_row_names_file_line_and_field(sia_dir: Path):
     path = sia_dir / "workloads/saturn/workload-7.csv"
-    path.write_text(HEADER + "bert-1,345.0,bert,2,24\ncifar10-0,225.5,cifar10,8,2048\n")
+    path.write_text(HEADER + "bert-1,345.0,bert,2,24\ncifar10-0,-225.5,cifar10,8,2048\n")
     with pytest.raises(TraceError) as caught:
         read_workload("saturn/workload-7", sia_dir)
-    assert str(caught.value) == f"{path}:3: field 'time': expected a non-negative integer, got '225.5'"
+    expected = "expected non-negative seconds (e.g. 487 or 487.66), got '-225.5'"
+    assert str(caught.value) == f"{path}:3: field 'time': {expected}"
 
 
 def test_the_real_sia_workloads_read_with_their_published_sizes():
