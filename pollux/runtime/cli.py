@@ -330,8 +330,10 @@ def submit(
     ],
     state_dir: StateDirOption = None,
 ) -> None:
-    """Submit jobs, one per spec file. A bad spec is refused with its file, the field and the fix, and the others are
-    still submitted (each on its own: there is no all-or-nothing); the exit code is 2 if any was refused."""
+    """Submit jobs, one per spec file (the fields: `pollux spec --help`).
+
+    A bad spec is refused with its file, the field and the fix, and the others are still submitted (each on its own:
+    there is no all-or-nothing); the exit code is 2 if any was refused."""
     client = _client(state_dir)
 
     def submit_one(path: Path) -> str:
@@ -413,9 +415,11 @@ def ls(
     ] = False,
     state_dir: StateDirOption = None,
 ) -> None:
-    """List jobs, one line each: status, GPUs and placement, batch size, epoch, goodput, restarts, age and a note
-    cut to the line (or one job's whole note and history). Works while the scheduler is down too: the jobs are then
-    read from its database."""
+    """List jobs, one line each, or one job's history.
+
+    Each line: status, GPUs and placement, batch size, epoch, goodput, restarts, age and a note cut to the line (one
+    job's whole note and history with its name). Works while the scheduler is down too: the jobs are then read from
+    its database."""
     from pollux.runtime.listing import history_table, job_table
 
     if status is not None and job is not None:
@@ -472,8 +476,10 @@ def logs(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
     state_dir: StateDirOption = None,
 ) -> None:
-    """Print a job's log: every worker's lines in the order they were written, each prefixed with its rank. Works
-    while the scheduler is down too (the workers write their logs into the state directory themselves)."""
+    """Print a job's log, every worker's lines in time order.
+
+    Each line is prefixed with its rank. Works while the scheduler is down too (the workers write their logs into
+    the state directory themselves)."""
     from pollux.runtime.status import FINAL
 
     with _job_log(state_dir_of(state_dir), job) as (job_status, read):
@@ -525,9 +531,10 @@ def rm(
     jobs: Annotated[list[str], typer.Argument(help="Names of finished jobs (completed, failed or cancelled).")],
     state_dir: StateDirOption = None,
 ) -> None:
-    """Remove finished jobs so that their names can be used again: their state folders (logs, report, default
-    checkpoints) are deleted, their history stays in the state database's events. A pending or running job is
-    refused: cancel it first. Works while the scheduler is down too."""
+    """Remove finished jobs, so that their names can be used again.
+
+    Their state folders (logs, report, default checkpoints) are deleted, their history stays in the state
+    database's events. A pending or running job is refused: cancel it first. Works while the scheduler is down too."""
     directory = state_dir_of(state_dir)
     try:
         remove = _client(directory).remove
