@@ -330,10 +330,11 @@ def submit(
     ],
     state_dir: StateDirOption = None,
 ) -> None:
-    """Submit jobs, one per spec file (the fields: `pollux spec --help`).
+    """Submit jobs, one per spec file.
 
-    A bad spec is refused with its file, the field and the fix, and the others are still submitted (each on its own:
-    there is no all-or-nothing); the exit code is 2 if any was refused."""
+    A spec's fields: `pollux spec --help`. A bad spec is refused with its file, the field and the fix, and the
+    others are still submitted (each on its own: there is no all-or-nothing); the exit code is 2 if any was
+    refused."""
     client = _client(state_dir)
 
     def submit_one(path: Path) -> str:
