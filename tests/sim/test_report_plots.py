@@ -15,9 +15,10 @@ from rich.progress import Progress
 from pollux.cluster import Cluster
 from pollux.console import plain_console
 from pollux.policies.registry import POLICIES, make_policy
-from pollux.sim.cli import SimulatingSeconds, summary_table
+from pollux.sim.cli import summary_table
 from pollux.sim.palette import PALETTE, POLICY_COLORS, policy_colors
 from pollux.sim.parametric import load_catalog
+from pollux.sim.progress import SimulatingSeconds
 from pollux.sim.report import figures, write_outputs
 from pollux.sim.report_html import report_data
 from pollux.sim.run import SimConfig, simulate
