@@ -8,7 +8,7 @@ between the two, such as how many GPUs a job may be given (docs/design.md, "Expl
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from pollux.cluster import Allocation
 from pollux.goodput import GradientStats, ThroughputParams
@@ -73,37 +73,14 @@ def gpu_bound(
 
 def job_view(facts: JobFacts) -> JobView:
     """The policy's view of a job: its facts, with its GPU bound."""
-    return JobView(
-        name=facts.name,
-        application=facts.application,
-        submit_time_s=facts.submit_time_s,
-        allocation=facts.allocation,
-        num_restarts=facts.num_restarts,
-        attained_service_gpu_s=facts.attained_service_gpu_s,
-        requested_gpus=facts.requested_gpus,
-        max_gpus=gpu_bound(
-            facts.batch_size,
-            facts.batch_by_policy,
-            facts.max_replicas_run,
-            facts.max_batch_size,
-            facts.local_bsz_bounds[0],
-            facts.gpu_cap,
-            facts.min_gpus,
-        ),
-        init_batch_size=facts.init_batch_size,
-        max_batch_size=facts.max_batch_size,
-        local_bsz_bounds=facts.local_bsz_bounds,
-        batch_size=facts.batch_size,
-        min_gpus=facts.min_gpus,
-        throughput_params=facts.throughput_params,
-        grad_stats=facts.grad_stats,
-        remaining_steps=facts.remaining_steps,
-        placement_sensitive=facts.placement_sensitive,
-        gpu_types=facts.gpu_types,
-        throughput_params_by_type=dict(facts.throughput_params_by_type),
-        local_bsz_bounds_by_type=dict(facts.local_bsz_bounds_by_type),
-        run_time_by_type_s=dict(facts.run_time_by_type_s),
-        single_gpu_throughput_by_type=dict(facts.single_gpu_throughput_by_type),
-        restart_delay_s=facts.restart_delay_s,
-        allocated_at_s=facts.allocated_at_s,
+    bound = gpu_bound(
+        facts.batch_size,
+        facts.batch_by_policy,
+        facts.max_replicas_run,
+        facts.max_batch_size,
+        facts.local_bsz_bounds[0],
+        facts.gpu_cap,
+        facts.min_gpus,
     )
+    shown = {f.name: getattr(facts, f.name) for f in fields(JobView) if f.name != "max_gpus"}
+    return JobView(**shown, max_gpus=bound)
