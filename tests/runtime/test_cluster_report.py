@@ -16,7 +16,7 @@ def health(cluster: Cluster) -> dict:
     service = SimpleNamespace(
         clock=lambda: 0.0,
         config=SimpleNamespace(policy="fifo"),
-        launcher=SimpleNamespace(cluster=cluster),
+        launcher=SimpleNamespace(cluster=cluster, name="local"),
         capacity=lambda: cluster,
         rounds=0,
     )

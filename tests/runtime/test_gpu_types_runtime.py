@@ -49,7 +49,7 @@ def two_types(tmp_path: Path) -> Iterator[Running]:
 def test_each_job_runs_on_the_type_the_policy_prefers_or_the_one_it_allows(two_types, tmp_path):
     service = two_types.service
     assert service.launcher.cluster == Cluster.of_groups([NodeGroup("a100", 1, 2), NodeGroup("rtx", 1, 2)])
-    fast = "single_gpu_throughput = {a100 = 300.0, rtx = 100.0}\nlocal_bsz_bounds_by_type = {a100 = [8, 64]}"
+    fast = "single_gpu_throughput = {a100 = 300.0, rtx = 100.0}\nlocal_bsz_bounds_by_type = {a100 = [8, 16]}"
     service.submit(loads_spec(spec(tmp_path, "fast", fast), base=tmp_path))
     service.submit(loads_spec(spec(tmp_path, "pinned", 'gpu_types = ["rtx"]'), base=tmp_path))
     for name in ("fast", "pinned"):
@@ -58,7 +58,7 @@ def test_each_job_runs_on_the_type_the_policy_prefers_or_the_one_it_allows(two_t
     rows = {name: job_row(service, service.store.job(name), service.clock()) for name in ("fast", "pinned")}
     assert (rows["fast"]["gpu_type"], rows["pinned"]["gpu_type"]) == ("a100", "rtx"), rows
     told = {name: json.loads((tmp_path / f"{name}.json").read_text()) for name in ("fast", "pinned")}
-    assert told["fast"]["POLLUX_GPU_TYPE"] == "a100" and told["fast"]["POLLUX_LOCAL_BSZ_BOUNDS"] == "8,64"
+    assert told["fast"]["POLLUX_GPU_TYPE"] == "a100" and told["fast"]["POLLUX_LOCAL_BSZ_BOUNDS"] == "8,16"
     assert told["pinned"] == {
         "POLLUX_GPU_TYPE": "rtx",
         "POLLUX_THROUGHPUT_BOOTSTRAP": None,
