@@ -120,7 +120,7 @@ class StateStore:
                 (spec.name, _spec_json(spec), now, now),
             )
             db.execute("INSERT INTO status_history VALUES (?, ?, 'pending', 'submitted')", (spec.name, now))
-            self._event(db, now, spec.name, "submitted", {})
+            _event(db, now, spec.name, "submitted", {})
         return self.job(spec.name)
 
     def job(self, name: str) -> JobState:
@@ -142,7 +142,7 @@ class StateStore:
             current = self._status(db, name)
             if current not in FINAL:
                 db.execute("UPDATE jobs SET cancel_requested = 1, updated_at = ? WHERE name = ?", (now, name))
-                self._event(db, now, name, "cancel requested", {})
+                _event(db, now, name, "cancel requested", {})
         return self.job(name)
 
     def remove_job(self, name: str, now: float) -> JobStatus:
@@ -165,7 +165,7 @@ class StateStore:
                 "restarts": state.restarts,
                 "last_error": state.last_error,
             }
-            self._event(db, now, name, "removed", final)
+            _event(db, now, name, "removed", final)
         return state.status
 
     def record_launch(
@@ -194,7 +194,7 @@ class StateStore:
             )
             db.execute("INSERT INTO status_history VALUES (?, ?, ?, ?)", (name, now, status, "launched"))
             detail = {"allocation": list(allocation), "restart": restart, "gpu_type": gpu_type}
-            self._event(db, now, name, "allocation", detail)
+            _event(db, now, name, "allocation", detail)
 
     def set_allocation(self, name: str, allocation: tuple[int, ...]) -> None:
         """A running job's allocation renumbered (the node pool changed under it; the same GPUs, so no event)."""
@@ -226,8 +226,8 @@ class StateStore:
                 (status, now, status, error, int(crashed), int(reallocated), name),
             )
             db.execute("INSERT INTO status_history VALUES (?, ?, ?, ?)", (name, now, status, reason))
-            self._event(db, now, name, "allocation", {"allocation": [], "restart": False})
-            self._event(db, now, name, "status", {"from": current, "to": status, "reason": reason})
+            _event(db, now, name, "allocation", {"allocation": [], "restart": False})
+            _event(db, now, name, "status", {"from": current, "to": status, "reason": reason})
 
     def workers(self, name: str | None = None) -> list[tuple[str, WorkerInfo]]:
         """Recorded live workers (job, worker), of one job or of all."""
@@ -252,12 +252,7 @@ class StateStore:
                 f"SELECT job, at, detail FROM events WHERE kind = 'allocation' AND {which} AND {_CURRENT} ORDER BY id",
                 args,
             ).fetchall()
-        held: dict[str, tuple[float, float, int]] = {}  # job -> (GPU-seconds so far, since when, GPUs since then)
-        for row in rows:
-            total, since, gpus = held.get(row["job"], (0.0, 0.0, 0))
-            allocation = json.loads(row["detail"])["allocation"]
-            held[row["job"]] = (total + gpus * (row["at"] - since), row["at"], sum(allocation))
-        return {job: total + gpus * max(now - since, 0.0) for job, (total, since, gpus) in held.items()}
+        return _gpu_seconds(rows, now)
 
     # -- reports, history, events ---------------------------------------------------------------------------
     def record_report(self, name: str, report: dict[str, Any], now: float) -> None:
@@ -366,28 +361,40 @@ class StateStore:
             raise UnknownJobError(f"no job named {name!r}; `pollux ls` lists the jobs")
         return JobStatus(row["status"])
 
-    @staticmethod
-    def _event(db: sqlite3.Connection, now: float, job: str | None, kind: str, detail: dict[str, Any]) -> None:
-        db.execute(
-            "INSERT INTO events (at, job, kind, detail) VALUES (?, ?, ?, ?)", (now, job, kind, json.dumps(detail))
-        )
-
     def _state(self, row: sqlite3.Row) -> JobState:
         key = (row["name"], row["submitted_at"])
         spec = self._specs.get(key)
         if spec is None:
             spec = self._specs[key] = json.loads(row["spec"])
-        return JobState(
-            name=row["name"],
-            spec=spec,
-            status=JobStatus(row["status"]),
-            submitted_at=row["submitted_at"],
-            updated_at=row["updated_at"],
-            allocation=tuple(json.loads(row["allocation"])),
-            restarts=row["restarts"],
-            reallocations=row["reallocations"],
-            gpu_type=row["gpu_type"],
-            attempts=row["attempts"],
-            cancel_requested=bool(row["cancel_requested"]),
-            last_error=row["last_error"],
-        )
+        return _job_state(row, spec)
+
+
+def _job_state(row: sqlite3.Row, spec: dict[str, Any]) -> JobState:
+    return JobState(
+        name=row["name"],
+        spec=spec,
+        status=JobStatus(row["status"]),
+        submitted_at=row["submitted_at"],
+        updated_at=row["updated_at"],
+        allocation=tuple(json.loads(row["allocation"])),
+        restarts=row["restarts"],
+        reallocations=row["reallocations"],
+        gpu_type=row["gpu_type"],
+        attempts=row["attempts"],
+        cancel_requested=bool(row["cancel_requested"]),
+        last_error=row["last_error"],
+    )
+
+
+def _event(db: sqlite3.Connection, now: float, job: str | None, kind: str, detail: dict[str, Any]) -> None:
+    db.execute("INSERT INTO events (at, job, kind, detail) VALUES (?, ?, ?, ?)", (now, job, kind, json.dumps(detail)))
+
+
+def _gpu_seconds(allocation_events: list[sqlite3.Row], now: float) -> dict[str, float]:
+    """GPU-seconds each job has held by `now`, from its allocation events in order."""
+    held: dict[str, tuple[float, float, int]] = {}  # job -> (GPU-seconds so far, since when, GPUs since then)
+    for row in allocation_events:
+        total, since, gpus = held.get(row["job"], (0.0, 0.0, 0))
+        allocation = json.loads(row["detail"])["allocation"]
+        held[row["job"]] = (total + gpus * (row["at"] - since), row["at"], sum(allocation))
+    return {job: total + gpus * max(now - since, 0.0) for job, (total, since, gpus) in held.items()}
