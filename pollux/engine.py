@@ -13,7 +13,8 @@ from typing import Literal, Protocol
 
 from pollux.cluster import Allocation, Cluster, num_gpus, validate_allocations
 from pollux.lease import Lease, keep_leases
-from pollux.policies.base import BatchConfig, JobView, Policy
+from pollux.policies.base import BatchConfig, JobView, Policy, PolicyResult
+from pollux.quota import QuotaLayer, RoundQuota
 
 DecisionKind = Literal["start", "resize", "stop"]
 
@@ -53,6 +54,7 @@ class RoundResult:
     allocations: Mapping[str, Allocation]
     reasons: Mapping[str, str] = field(default_factory=dict)
     next_round_at: float | None = None  # a round is due by then: a lease the policy wanted to break ends
+    quota: RoundQuota | None = None  # the tenants' demand, entitlements and budgets this round, under a quota layer
 
 
 def diff(
@@ -77,27 +79,46 @@ def diff(
 
 class Scheduler:
     """Runs a policy against a backend, one round at a time; with a `lease`, a job just started or moved keeps its
-    GPUs until it has restored and measured itself, whatever the policy says (`pollux.lease`)."""
+    GPUs until it has restored and measured itself, whatever the policy says (`pollux.lease`); with a `quota`, every
+    tenant is held to its GPU budgets (`pollux.quota`)."""
 
-    def __init__(self, policy: Policy, backend: Backend, lease: Lease | None = None) -> None:
+    def __init__(
+        self, policy: Policy, backend: Backend, lease: Lease | None = None, quota: QuotaLayer | None = None
+    ) -> None:
         self.policy = policy
         self.backend = backend
         self.lease = lease
+        self.quota = quota
 
     def step(self, now: float) -> RoundResult:
         jobs = self.backend.job_views(now)
         cluster = self.backend.cluster
         if not jobs:
             return RoundResult(now, (), {})
-        result = self.policy.optimize(jobs, cluster, now)
+        sizes_jobs = self.policy.elastic_gpus
+        plan: RoundQuota | None = None
+        waits: dict[str, str] = {}
+        if self.quota is None:
+            result = self.policy.optimize(jobs, cluster, now)
+        else:
+            plan = self.quota.plan(jobs, cluster, now, sizes_jobs)
+            if self.policy.tenant_aware:
+                result = self.policy.optimize_within(jobs, cluster, now, plan.budgets)
+            else:
+                admitted, waits = self.quota.admit(jobs, plan, cluster, sizes_jobs)
+                result = self.policy.optimize(admitted, cluster, now) if admitted else PolicyResult({})
         names = {job.name for job in jobs}
         allocations = {name: alloc for name, alloc in result.allocations.items() if name in names and any(alloc)}
-        reasons, due = dict(result.reasons), None
+        reasons, due = {**result.reasons, **waits}, None
         if self.lease is not None:
             sharing = self.policy.avoids_sharing
-            allocations, overruled, due = keep_leases(jobs, allocations, cluster, now, self.lease, sharing)
+            ended = self.quota.reclaimable(jobs, plan, cluster) if self.quota is not None and plan else set()
+            allocations, overruled, due = keep_leases(jobs, allocations, cluster, now, self.lease, sharing, ended)
             reasons.update(overruled)
+        if self.quota is not None and plan is not None:
+            allocations, clipped = self.quota.enforce(jobs, allocations, plan, cluster, sizes_jobs)
+            reasons.update(clipped)
         validate_allocations(cluster, allocations, avoid_sharing=self.policy.avoids_sharing)
         decisions = diff(jobs, allocations, cluster, result.batch)
         self.backend.apply(decisions, now)
-        return RoundResult(now, tuple(decisions), allocations, reasons, due)
+        return RoundResult(now, tuple(decisions), allocations, reasons, due, plan)

@@ -10,7 +10,7 @@ delay plus `min_run_s` ago keeps it (`keep_leases`). Without a lease (`None`), t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from pollux.cluster import Allocation, Cluster, validate_allocations
@@ -46,13 +46,17 @@ def keep_leases(
     now: float,
     lease: Lease,
     avoid_sharing: bool,
+    ended: Collection[str] = (),
 ) -> tuple[dict[str, Allocation], dict[str, str], float | None]:
     """The policy's `allocations`, with every job under lease back on the allocation it holds, and the policy's
     other changes kept where they still fit beside those (capacity, one type per job, interference avoidance);
     a change that no longer fits leaves its job as it was, or waiting if its old GPUs are taken. Also why each
-    overruled job keeps or waits, and when the first lease the policy wanted to break ends (a round is due then)."""
+    overruled job keeps or waits, and when the first lease the policy wanted to break ends (a round is due then).
+    `ended`: jobs whose leases the quota layer ends early (their tenant borrowed GPUs their owner needs back)."""
     held = {job.name: job.allocation for job in jobs}
-    leased = {job.name: end for job in jobs if (end := lease.ends_at(job)) is not None and now < end}
+    leased = {
+        job.name: end for job in jobs if (end := lease.ends_at(job)) is not None and now < end and job.name not in ended
+    }
     broken = {name: end for name, end in leased.items() if allocations.get(name, cluster.empty()) != held[name]}
     if not broken:  # the policy left every lease alone
         return dict(allocations), {}, None

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal
 
 from pollux.cluster import Allocation, Cluster
 from pollux.goodput import BatchConfig, GoodputFunction, GradientStats, ThroughputParams
+from pollux.tenants import DEFAULT_TENANT
 
 # Who chooses a job's batch size: the user (the workload's fixed batch; FIFO, Tiresias, Optimus), the job itself by
 # its goodput model (Pollux's agent), or the policy, which returns it in `PolicyResult.batch` (elastic-DP).
@@ -60,6 +61,7 @@ class JobView:
     single_gpu_throughput_by_type: Mapping[str, float] = field(default_factory=dict)
     restart_delay_s: float | None = None  # what a restart costs it (its checkpoint-restore), where known
     allocated_at_s: float | None = None  # when its current allocation began (its last start or move); None: waiting
+    tenant: str = DEFAULT_TENANT  # the team it belongs to (`pollux.tenants`)
 
     @property
     def adaptive(self) -> bool:
@@ -112,6 +114,9 @@ class Policy(ABC):
     # Whether it tells GPU types apart: a type-unaware policy's jobs learn one throughput model from every type they
     # run on, with the batch bounds of the cluster's first type (the Sia paper's heterogeneity-unaware Pollux).
     gpu_type_aware: ClassVar[bool] = True
+    # Whether it searches within the tenants' GPU budgets itself (`optimize_within`); any other policy runs behind the
+    # quota layer's admission and enforcement (`pollux.quota`).
+    tenant_aware: ClassVar[bool] = False
 
     @property
     def uses_throughput_model(self) -> bool:
@@ -127,3 +132,10 @@ class Policy(ABC):
     @abstractmethod
     def optimize(self, jobs: Sequence[JobView], cluster: Cluster, now: float) -> PolicyResult:
         """Return the allocations for this round. Must not mutate `jobs`."""
+
+    def optimize_within(
+        self, jobs: Sequence[JobView], cluster: Cluster, now: float, budgets: Mapping[str, Mapping[str, int]]
+    ) -> PolicyResult:
+        """Allocations that give no tenant more GPUs of a type than `budgets[tenant][type]`; only a policy that is
+        `tenant_aware` implements it."""
+        raise NotImplementedError(f"policy {self.name} is not tenant-aware")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from pollux.cluster import Allocation
 from pollux.goodput import GradientStats, ThroughputParams
 from pollux.policies.base import MAX_ELASTIC_GPUS, JobView, exploration_bound
+from pollux.tenants import DEFAULT_TENANT
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class JobFacts:
     single_gpu_throughput_by_type: Mapping[str, float] = field(default_factory=dict)
     restart_delay_s: float | None = None  # its own checkpoint-restore delay, where measured
     allocated_at_s: float | None = None  # when its current allocation began (its last start or move)
+    tenant: str = DEFAULT_TENANT
 
 
 def gpu_bound(
