@@ -26,6 +26,7 @@ POLICIES: dict[str, str] = {
     "elastic-dp": "pollux.policies.elastic_dp:ElasticDPPolicy",
     "gavel": "pollux.policies.gavel:GavelPolicy",
     "pollux-unaware": "pollux.policies.pollux_unaware:PolluxUnawarePolicy",
+    "astraea": "pollux.policies.astraea:AstraeaPolicy",
 }
 
 

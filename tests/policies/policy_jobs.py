@@ -98,7 +98,8 @@ def run_rounds(
 
 
 def rigid_baselines() -> dict[str, Callable[[], Policy]]:
-    """The baselines that keep a job's batch, built with thresholds small enough for short test rounds."""
+    """The baselines that keep a job's batch, built with thresholds (and leases) small enough for short test rounds."""
+    from pollux.policies.astraea import AstraeaPolicy
     from pollux.policies.fifo import FifoPolicy
     from pollux.policies.optimus import OptimusPolicy
     from pollux.policies.tiresias import TiresiasPolicy
@@ -110,4 +111,5 @@ def rigid_baselines() -> dict[str, Callable[[], Policy]]:
             mode="gittins", gittins_service_samples=[60.0, 600.0, 6000.0], consolidate={"imagenet"}
         ),
         "optimus": OptimusPolicy,
+        "astraea": lambda: AstraeaPolicy(lease_s=180.0),
     }
