@@ -3,7 +3,8 @@
 from nowhere else, so a policy looks the same in both, and in every run.
 
 The colours are Okabe and Ito's qualitative palette, chosen to stay apart for the common colour-vision deficiencies
-(https://jfly.uni-koeln.de/color/), with its yellow swapped for a grey: a thin yellow line is lost on white.
+(https://jfly.uni-koeln.de/color/), with its yellow swapped for a grey: a thin yellow line is lost on white; a ninth
+policy takes the wine of Paul Tol's muted scheme, darker than any of those.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from collections.abc import Iterable
 
 BLACK, ORANGE, SKY_BLUE, BLUISH_GREEN = "#000000", "#E69F00", "#56B4E9", "#009E73"
 BLUE, VERMILLION, REDDISH_PURPLE, GREY = "#0072B2", "#D55E00", "#CC79A7", "#8C8C8C"
-PALETTE = (BLUE, VERMILLION, BLUISH_GREEN, ORANGE, REDDISH_PURPLE, SKY_BLUE, BLACK, GREY)
+WINE = "#882255"
+PALETTE = (BLUE, VERMILLION, BLUISH_GREEN, ORANGE, REDDISH_PURPLE, SKY_BLUE, BLACK, GREY, WINE)
 
 # every registered policy (pollux.policies.registry.POLICIES) keeps its colour, whatever runs beside it
 POLICY_COLORS: dict[str, str] = {
@@ -24,12 +26,13 @@ POLICY_COLORS: dict[str, str] = {
     "pollux-unaware": SKY_BLUE,
     "fifo": BLACK,
     "tiresias-gittins": GREY,
+    "astraea": WINE,
 }
 
 
 def policy_colors(policies: Iterable[str]) -> dict[str, str]:
     """The colour of each policy of a run: its own if registered; the others, by name, take the colours no policy of
-    the run has (the palette again, in order, once all eight are taken). The same policies, in any order, get the
+    the run has (the palette again, in order, once all are taken). The same policies, in any order, get the
     same colours, whichever picture asks."""
     names = list(policies)
     colors = {name: POLICY_COLORS[name] for name in names if name in POLICY_COLORS}

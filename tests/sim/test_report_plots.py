@@ -56,7 +56,7 @@ def legend_of(fig) -> list[str]:
 
 def test_every_registered_policy_has_a_colour_of_its_own_from_one_palette():
     assert set(POLICY_COLORS) == set(POLICIES)
-    assert sorted(POLICY_COLORS.values()) == sorted(PALETTE)  # eight policies, eight colours, none twice
+    assert sorted(POLICY_COLORS.values()) == sorted(PALETTE)  # one colour per policy, none twice
     assert policy_colors(["gavel", "optimus"]) == {"gavel": POLICY_COLORS["gavel"], "optimus": POLICY_COLORS["optimus"]}
 
 
