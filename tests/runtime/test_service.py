@@ -165,7 +165,7 @@ def test_a_cancel_followed_at_once_by_a_shutdown_is_not_lost(tmp_path, counter_j
     assert StateStore(service.config.database).job("doomed").status == "cancelled"
 
 
-@pytest.mark.parametrize("policy", ["pollux", "tiresias", "tiresias-gittins", "optimus"])
+@pytest.mark.parametrize("policy", ["pollux", "tiresias", "tiresias-gittins", "optimus", "astraea"])
 def test_every_runtime_policy_runs_jobs_to_completion(tmp_path, counter_job, policy):
     service = Running(tmp_path, policy=policy)
     try:
