@@ -155,7 +155,9 @@ def test_a_type_unaware_backend_pools_its_samples_and_shows_one_model(models):
     assert set(view.run_time_by_type_s) == {"slow", "fast"}
 
 
-@pytest.mark.parametrize("policy_name", ["pollux", "gavel", "tiresias", "optimus", "elastic-dp", "pollux-unaware"])
+@pytest.mark.parametrize(
+    "policy_name", ["pollux", "gavel", "tiresias", "optimus", "elastic-dp", "pollux-unaware", "astraea"]
+)
 def test_every_round_keeps_each_types_capacity_and_each_jobs_memory_on_its_type(policy_name):
     """Per-GPU batches within the memory of the type a job runs on (T4 holds less than the A100), GPUs within each
     type's, round after round, with the Sia artifact's models."""
