@@ -8,6 +8,11 @@ borrowing allowed. A VC whose share rounds to no GPU keeps its name and a guaran
 such VCs into one "other" tenant would give that tenant a guarantee none of its teams earned and make their jobs
 compete as one team, and the tenant column would no longer say which team a job came from.
 
+Both draw requests only among the tuned choices that fit: Philly-VC jobs at most the GPUs of the cluster's largest
+type (a job holds one type; on the 64-GPU T4 cluster every choice fits and the jobs are `generate_workload`'s to
+the byte, on `sia-heterogeneous` imagenet's 32- and 48-GPU choices do not), flood jobs at most one tenant's
+guarantee on that type (so each tenant's jobs can also run alone on its half: imagenet's 48 GPUs do not fit 32).
+
 `flood_workload` is the issue's scenario: tenant `a` submits 100 jobs at time 0, tenant `b` 10 jobs over the first
 two hours (one every 12 minutes, the first at 6 minutes), with equal guarantees (half of every type: 32 + 32 on
 the 16 × 4 T4 cluster). The jobs are the generator's own (Philly-derived applications and tuned requests, drawn
@@ -27,7 +32,7 @@ from pathlib import Path
 from pollux.cluster import Cluster
 from pollux.defaults import GENERATE_START_HOUR
 from pollux.errors import SpecError, TraceError
-from pollux.sim.generate import ConfigChoices, Source, named_in_submission_order, sample_jobs
+from pollux.sim.generate import ConfigChoices, Source, named_in_submission_order, sample_jobs, tuned_configurations
 from pollux.sim.workload import Workload
 from pollux.tenants import Tenant, Tenants
 
@@ -63,7 +68,9 @@ def philly_vc_workload(
     configs: ConfigChoices | None = None,
 ) -> TenantWorkload:
     """`generate_workload`'s jobs from the Philly trace, each of its trace job's VC, with guarantees by GPU-time."""
-    sample = sample_jobs(num_jobs, hours, seed, load, data_dir, start_hour=start_hour, configs=configs, source="trace")
+    largest = max(cluster.gpus_of_type(t) for t in cluster.gpu_types)
+    fitting = requests_up_to(largest, configs)
+    sample = sample_jobs(num_jobs, hours, seed, load, data_dir, start_hour=start_hour, configs=fitting, source="trace")
     assert sample.trace is not None and sample.trace_rows is not None  # source="trace" or an error
     vcs = sample.trace.virtual_cluster
     if vcs is None:
@@ -120,7 +127,9 @@ def flood_workload(
 ) -> TenantWorkload:
     """The `flood` scenario (module docstring): `a` floods at time 0, `b` trickles in; equal guarantees."""
     flood, steady = FLOOD_JOBS
-    sample = sample_jobs(flood + steady, FLOOD_SAMPLE_HOURS, seed, data_dir=data_dir, configs=configs, source=source)
+    halves = {t: cluster.gpus_of_type(t) // 2 for t in cluster.gpu_types}
+    fitting = requests_up_to(max(halves.values()), configs)
+    sample = sample_jobs(flood + steady, FLOOD_SAMPLE_HOURS, seed, data_dir=data_dir, configs=fitting, source=source)
     gap_s = FLOOD_SPAN_S / steady
     timed = [
         replace(job, submit_time_s=0 if k < flood else round((k - flood + 0.5) * gap_s))
@@ -128,13 +137,26 @@ def flood_workload(
     ]
     jobs = named_in_submission_order(timed)
     tenant_of = {job.name: FLOOD_TENANTS[0] if k < flood else FLOOD_TENANTS[1] for k, job in enumerate(jobs)}
-    halves = {t: cluster.gpus_of_type(t) // 2 for t in cluster.gpu_types}
     tenants = Tenants(tuple(Tenant(name, guaranteed=halves) for name in FLOOD_TENANTS))
     about = (
         f"Tenants of the flood scenario (seed {seed}): a submits {flood} jobs at time 0, b {steady} over the first "
         f"{FLOOD_SPAN_S // 3600} hours; each is guaranteed half of every GPU type of {cluster.describe()}."
     )
     return TenantWorkload(Workload(f"flood-seed{seed}", jobs, sample.source), tenant_of, tenants, about)
+
+
+def requests_up_to(max_gpus: int, configs: ConfigChoices | None = None) -> ConfigChoices:
+    """`configs` (default: the tuned choices) without the requests above `max_gpus`; an application left with none
+    is refused by name."""
+    choices = configs or tuned_configurations
+
+    def fitting(application: str) -> list[tuple[int, int]]:
+        kept = [(gpus, batch) for gpus, batch in choices(application) if gpus <= max_gpus]
+        if not kept:
+            raise SpecError(f"no request of {application!r} fits in {max_gpus} GPUs of one type; use a larger cluster")
+        return kept
+
+    return fitting
 
 
 def tenants_toml(tenants: Tenants, about: str = "") -> str:

@@ -15,8 +15,15 @@ from typer.testing import CliRunner
 from pollux.cluster import Cluster
 from pollux.cluster_spec import PRESETS
 from pollux.data import locate
+from pollux.errors import SpecError
 from pollux.sim.generate import generate_workload
-from pollux.sim.tenant_workloads import FLOOD_SPAN_S, flood_workload, philly_vc_workload, tenants_toml
+from pollux.sim.tenant_workloads import (
+    FLOOD_SPAN_S,
+    flood_workload,
+    philly_vc_workload,
+    requests_up_to,
+    tenants_toml,
+)
 from pollux.sim.workload import COLUMNS
 from pollux.sim.workload_cli import app
 from pollux.tenants import parse_tenants
@@ -160,6 +167,17 @@ def test_flood_halves_every_type_of_a_heterogeneous_cluster(trace_dir: Path):
     assert [dict(t.guaranteed) for t in tenants.tenants] == [{"aws": 12, "rtx": 12, "dgx-ext": 8}] * 2
 
 
+def test_requests_are_drawn_among_those_that_fit_a_type_of_the_cluster(trace_dir: Path):
+    """On sia-heterogeneous (24 GPUs of its largest type) no VC job asks for more; flood jobs fit one tenant's half."""
+    choices = lambda app: [(1, 8), (24, 8), (32, 8)]  # noqa: E731
+    vc = philly_vc_workload(300, 4, seed=1, cluster=HETEROGENEOUS, data_dir=trace_dir, configs=choices).workload
+    assert {job.num_replicas for job in vc.jobs} == {1, 24}
+    flood = flood_workload(1, Cluster(16, 4), trace_dir, configs=lambda app: [(1, 8), (32, 8), (48, 8)]).workload
+    assert {job.num_replicas for job in flood.jobs} == {1, 32}
+    with pytest.raises(SpecError, match="no request of 'ncf' fits in 4 GPUs"):
+        requests_up_to(4, lambda app: [(8, 16)])("ncf")
+
+
 @pytest.mark.parametrize(
     ("extra", "fragment"),
     [
@@ -207,3 +225,5 @@ def test_real_philly_vcs_are_valid_tenants_on_both_benchmark_clusters():
         tenants = parse_tenants(tomllib.loads(tenants_toml(chosen.tenants)), cluster)
         assert set(chosen.tenant_of.values()) == set(tenants.names)
         assert any(t.guarantee_on("aws") > 0 for t in tenants.tenants)
+        largest = max(cluster.gpus_of_type(t) for t in cluster.gpu_types)
+        assert max(job.num_replicas for job in chosen.workload.jobs) <= largest
