@@ -21,6 +21,7 @@ from pollux.errors import DataNotFoundError, TraceError
 SUMMARY_PATH = Path(__file__).resolve().with_name("philly_summary.json")
 PHILLY_FILE = "philly-jobs.csv"
 PHILLY_COLUMNS: tuple[str, ...] = ("timestamp", "duration", "num_gpus", "gpu_time")
+VC_COLUMN = "cluster"  # the virtual cluster a job was submitted to: Philly's teams (optional in a trace file)
 HOUR_S = 3600
 MIN_DURATION_S = 60.0
 MAX_GPU_TIME_S = 1000.0 * HOUR_S
@@ -36,6 +37,7 @@ class PhillyTrace:
     duration_s: np.ndarray
     num_gpus: np.ndarray
     gpu_time_s: np.ndarray
+    virtual_cluster: np.ndarray | None = None  # str, each job's VC; None when the file has no `cluster` column
 
     def kept(self) -> np.ndarray:
         """The artifact's filter: drop jobs shorter than a minute (failed starts) and the few giant ones."""
@@ -53,7 +55,7 @@ def find_philly_trace(data_dir: Path | None = None) -> Path:
 
 
 def read_philly_trace(path: Path) -> PhillyTrace:
-    """Read `philly-jobs.csv` (timestamp,duration,num_gpus,gpu_time,...); cached per file version."""
+    """Read `philly-jobs.csv` (timestamp,duration,num_gpus,gpu_time,[cluster,]...); cached per file version."""
     path = Path(path).resolve()
     try:
         stat = path.stat()
@@ -65,7 +67,7 @@ def read_philly_trace(path: Path) -> PhillyTrace:
 @lru_cache(maxsize=2)
 def _read_philly_cached(path: Path, _mtime_ns: int, _size: int) -> PhillyTrace:
     """Parse once per (path, version): the trace has 82k rows and tests generate many workloads."""
-    seconds, durations, gpus, gpu_times = [], [], [], []
+    seconds, durations, gpus, gpu_times, vcs = [], [], [], [], []
     with path.open(newline="", encoding="utf-8-sig") as handle:
         reader = csv.reader(handle)
         header = [column.strip() for column in next(reader, [])]
@@ -73,6 +75,7 @@ def _read_philly_cached(path: Path, _mtime_ns: int, _size: int) -> PhillyTrace:
         if missing:
             raise TraceError(f"{path}:1: missing column(s) {', '.join(missing)}; expected {','.join(PHILLY_COLUMNS)}")
         at = [header.index(column) for column in PHILLY_COLUMNS]
+        vc_at = header.index(VC_COLUMN) if VC_COLUMN in header else None
         for row in reader:
             if not row:
                 continue
@@ -87,6 +90,8 @@ def _read_philly_cached(path: Path, _mtime_ns: int, _size: int) -> PhillyTrace:
             durations.append(_non_negative(path, line, "duration", duration))
             gpus.append(_non_negative(path, line, "num_gpus", num_gpus))
             gpu_times.append(_non_negative(path, line, "gpu_time", gpu_time))
+            if vc_at is not None:
+                vcs.append(row[vc_at].strip())
     if not seconds:
         raise TraceError(f"{path}:2: no jobs after the header")
     return PhillyTrace(
@@ -95,6 +100,7 @@ def _read_philly_cached(path: Path, _mtime_ns: int, _size: int) -> PhillyTrace:
         duration_s=np.array(durations, dtype=np.float64),
         num_gpus=np.array(gpus, dtype=np.int64),
         gpu_time_s=np.array(gpu_times, dtype=np.float64),
+        virtual_cluster=np.array(vcs, dtype=np.str_) if vc_at is not None else None,
     )
 
 

@@ -23,7 +23,7 @@ import hashlib
 import itertools
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
@@ -167,6 +167,18 @@ def tuned_configurations(application: str) -> tuple[tuple[int, int], ...]:
     return choices[application]
 
 
+@dataclass(frozen=True, eq=False)  # holds arrays: compare its jobs, not it
+class SampledJobs:
+    """Sampled jobs in draw order (named by submission order), and the trace rows they came from: what
+    `generate_workload` writes, and what a scenario re-times or labels (`pollux.sim.tenant_workloads`)."""
+
+    name: str
+    jobs: tuple[WorkloadJob, ...]
+    source: Path  # the trace or SUMMARY_PATH
+    trace: PhillyTrace | None  # None: drawn from the summary
+    trace_rows: np.ndarray | None  # the trace row of each job, in draw order
+
+
 def generate_workload(
     num_jobs: int,
     hours: float,
@@ -184,18 +196,46 @@ def generate_workload(
     folder has one. The result's `source` is the file sampled (the trace or `SUMMARY_PATH`). Same arguments and
     seed → the same workload; the random stream is `numpy.random.default_rng(seed)`.
     """
+    sample = sample_jobs(num_jobs, hours, seed, load, data_dir, start_hour=start_hour, configs=configs, source=source)
+    return Workload(name=sample.name, jobs=sample.jobs, source=sample.source)
+
+
+def sample_jobs(
+    num_jobs: int,
+    hours: float,
+    seed: int,
+    load: float = 1.0,
+    data_dir: Path | None = None,
+    *,
+    start_hour: int = GENERATE_START_HOUR,
+    configs: ConfigChoices | None = None,
+    source: Source = "auto",
+) -> SampledJobs:
+    """`generate_workload`'s jobs (same arguments, same random stream), in draw order with their trace rows."""
     count = _job_count(num_jobs, load)
     window_s = _window_s(hours, start_hour)
     rng = np.random.default_rng(seed)
     trace_path = _trace_path(data_dir, source)
+    trace, rows = None, None
     if trace_path is None:
         submit_s, buckets = _sample_summary(load_summary(), count, window_s, start_hour, rng)
         origin = SUMMARY_PATH
     else:
-        submit_s, buckets = _sample_trace(read_philly_trace(trace_path), count, window_s, start_hour, rng)
+        trace = read_philly_trace(trace_path)
+        rows = _sample_trace(trace, count, window_s, start_hour, rng)
+        submit_s = _shifted_seconds(trace, start_hour)[rows]
+        buckets = gpu_time_bucket(trace.gpu_time_s[rows])
         origin = trace_path
-    jobs = _make_jobs(submit_s, buckets, rng, configs or tuned_configurations)
-    return Workload(name=f"generated-{count}jobs-{hours:g}h-seed{seed}", jobs=jobs, source=origin)
+    jobs = named_in_submission_order(_make_jobs(submit_s, buckets, rng, configs or tuned_configurations))
+    return SampledJobs(f"generated-{count}jobs-{hours:g}h-seed{seed}", jobs, origin, trace, rows)
+
+
+def named_in_submission_order(jobs: Sequence[WorkloadJob]) -> tuple[WorkloadJob, ...]:
+    """The same jobs, in the same order, named `<application>-<index>` by submission time (ties: the given order)."""
+    rank = {
+        position: index for index, position in enumerate(sorted(range(len(jobs)), key=lambda i: jobs[i].submit_time_s))
+    }
+    return tuple(replace(job, name=f"{job.application}-{rank[position]}") for position, job in enumerate(jobs))
 
 
 def _job_count(num_jobs: int, load: float) -> int:
@@ -233,19 +273,22 @@ def _trace_path(data_dir: Path | None, source: Source) -> Path | None:
         return None
 
 
+def _shifted_seconds(trace: PhillyTrace, start_hour: int) -> np.ndarray:
+    """Each trace job's submission second counted from the window's start hour (on its own day)."""
+    return (trace.second_of_day - start_hour * HOUR_S) % DAY_S
+
+
 def _sample_trace(
     trace: PhillyTrace, count: int, window_s: int, start_hour: int, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
-    """Kept jobs submitted in the window (any day), drawn without replacement: each trace job at most once."""
-    shifted = (trace.second_of_day - start_hour * HOUR_S) % DAY_S
-    pool = np.flatnonzero(trace.kept() & (shifted < window_s))
+) -> np.ndarray:
+    """Rows of kept jobs submitted in the window (any day), drawn without replacement: each trace job at most once."""
+    pool = np.flatnonzero(trace.kept() & (_shifted_seconds(trace, start_hour) < window_s))
     if count > pool.size:
         raise SpecError(
             f"{trace.path}: only {pool.size} kept jobs are submitted in a {window_s / HOUR_S:g}-hour window from hour "
             f"{start_hour}, fewer than the {count} asked for"
         )
-    chosen = rng.choice(pool, size=count, replace=False)
-    return shifted[chosen], gpu_time_bucket(trace.gpu_time_s[chosen])
+    return rng.choice(pool, size=count, replace=False)
 
 
 def _sample_summary(
@@ -267,23 +310,19 @@ def _sample_summary(
 def _make_jobs(
     submit_s: np.ndarray, buckets: np.ndarray, rng: np.random.Generator, configs: ConfigChoices
 ) -> tuple[WorkloadJob, ...]:
-    """Application from the bucket, request from its tuned choices; names `<application>-<index>` in time order."""
+    """Application from the bucket, request from its tuned choices; in draw order, not yet named."""
     pick_application = rng.random(submit_s.size)
     pick_config = rng.random(submit_s.size)
     choices: dict[str, Sequence[tuple[int, int]]] = {}
-    drafts = []
+    jobs = []
     for time_s, bucket, u_app, u_config in zip(submit_s, buckets, pick_application, pick_config, strict=True):
         options = BUCKET_APPLICATIONS[int(bucket)]
         application = options[int(u_app * len(options))]
         if application not in choices:
             choices[application] = _checked_choices(application, configs(application))
         num_replicas, batch_size = choices[application][int(u_config * len(choices[application]))]
-        drafts.append((int(time_s), application, num_replicas, batch_size))
-    drafts.sort(key=lambda draft: draft[0])
-    return tuple(
-        WorkloadJob(f"{app}-{index}", time_s, app, replicas, batch)
-        for index, (time_s, app, replicas, batch) in enumerate(drafts)
-    )
+        jobs.append(WorkloadJob("", int(time_s), application, num_replicas, batch_size))
+    return tuple(jobs)
 
 
 def _checked_choices(application: str, pairs: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:

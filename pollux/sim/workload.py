@@ -17,7 +17,7 @@ from __future__ import annotations
 import csv
 import math
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -138,15 +138,17 @@ def read_workload(
     return Workload(name=name, jobs=jobs, source=path.resolve())
 
 
-def write_workload(workload: Workload, path: str | Path) -> Path:
-    """Write `workload` in the artifact's schema (readable back by `read_workload` and by the artifact's tools)."""
+def write_workload(workload: Workload, path: str | Path, tenants: Mapping[str, str] | None = None) -> Path:
+    """Write `workload` in the artifact's schema (readable back by `read_workload` and by the artifact's tools);
+    with `tenants` (job name -> tenant), a last column `tenant` as well."""
     path = Path(path).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(COLUMNS)
+        writer.writerow(COLUMNS if tenants is None else (*COLUMNS, "tenant"))
         for job in workload.jobs:
-            writer.writerow((job.name, job.submit_time_s, job.application, job.num_replicas, job.batch_size))
+            row = (job.name, job.submit_time_s, job.application, job.num_replicas, job.batch_size)
+            writer.writerow(row if tenants is None else (*row, tenants[job.name]))
     return path
 
 
