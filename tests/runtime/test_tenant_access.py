@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import urllib.error
@@ -215,3 +216,19 @@ def test_every_route_but_the_login_form_declares_who_may_call_it(serve):
         for method, operation in operations.items():
             assert ("x-access" in operation) == (path != "/ui/login"), (method, path)
     assert document["paths"]["/v1/shutdown"]["post"]["x-access"] == "the admin's only"
+
+
+@pytest.mark.e2e  # a real browser (headless Chromium)
+def test_a_tenants_dashboard_page_names_its_own_jobs_and_greys_the_others_gpus(serve, tmp_path, monkeypatch):
+    from benchmarks.headless import dump_dom
+
+    admin, tokens = serve()
+    submit_jobs(admin, tokens, tmp_path, monkeypatch)
+    store = StateStore(admin.state_dir / "state.db")
+    store.record_launch("a1", (1,), [WorkerInfo(0, 0, 4242, "node-0", 1)], now=5.0, restart=False, gpu_type="cpu")
+    store.record_launch("v1", (1,), [WorkerInfo(0, 0, 4243, "node-0", 1)], now=5.0, restart=False, gpu_type="cpu")
+    store.close()
+    dom = dump_dom(call(admin, "POST", "/v1/dashboard/link", tokens["vision"])[1]["url"])
+    assert 'data-job="v1"' in dom and not re.search(r"\b(a1|d1)\b", dom)  # the others' names, nowhere
+    assert dom.count('class="gpu other"') == 1 and "tenant vision" in dom
+    assert 'id="tenants-card" hidden' not in dom and "<td>audio</td>" in dom
