@@ -249,8 +249,8 @@ async def login(request: Request) -> Response:
     elif request.method == "POST":
         raw = await _body(request)
         token = parse_qs(raw.decode("utf-8", errors="replace")).get("token", [""])[0].strip()
-        if await api.identify("POST", f"Bearer {token}", ""):
-            session = api.sessions.open(token_digest(token))
+        if found := await api.identify("POST", f"Bearer {token}", ""):
+            session = api.sessions.open(found[1])
         else:
             message = "wrong token"
     if session is None:
@@ -454,15 +454,16 @@ class _Guard:
         """The refusal of a request without credentials (401) or with a tenant's the service does not know (403);
         None, with the principal in the request's state, for one that may go on."""
         found = await self.api.identify(scope["method"], headers.get("authorization", ""), headers.get("cookie", ""))
-        problem = f"missing or wrong token: send the one in {self.api.token_path} or a tenant's"
-        status = HTTPStatus.UNAUTHORIZED
-        if found is not None:
+        if found is None:
+            status = HTTPStatus.UNAUTHORIZED
+            problem = f"missing or wrong token: send the one in {self.api.token_path} or a tenant's"
+        else:
             try:
                 access.check_enrolled(found[0], self.api.tenant_names)
                 scope.setdefault("state", {}).update(principal=found[0], who=found[1])
                 return None
             except AccessError as error:
-                problem, status = str(error), HTTPStatus.FORBIDDEN
+                status, problem = HTTPStatus.FORBIDDEN, str(error)
         if scope["path"].startswith("/v1/"):
             return _error(status, problem)
         return _login_form(self.api, status, "" if status == HTTPStatus.UNAUTHORIZED else problem)  # a browser
@@ -545,7 +546,8 @@ class ApiServer:
         self._admin = token_digest(token)
         self.tls = tls
         self.tenant_names = tenant_names
-        self.tokens = TenantTokens(service.config.database)
+        self._tokens: TenantTokens | None = None  # opened at the first token that is not the admin's
+        self._tokens_lock = threading.Lock()
         self.sessions = Sessions()
         self.socket = socket.create_server((host, port))
         self.app = Starlette(
@@ -592,10 +594,16 @@ class ApiServer:
         for digest in digests:
             if hmac.compare_digest(digest.encode(), self._admin.encode()):
                 return access.ADMIN, digest
-            tenant = await run_in_threadpool(self.tokens.tenant_of, digest)
+            tenant = await run_in_threadpool(self._tenant_of, digest)
             if tenant is not None:
                 return Principal(admin=False, tenant=tenant), digest
         return None
+
+    def _tenant_of(self, digest: str) -> str | None:
+        with self._tokens_lock:
+            if self._tokens is None:
+                self._tokens = TenantTokens(self.service.config.database)
+        return self._tokens.tenant_of(digest)
 
     def session_of(self, cookie_header: str) -> str:
         try:
@@ -619,4 +627,6 @@ class ApiServer:
         if self._thread.is_alive():
             self._thread.join(STOP_TIMEOUT_S + 5)
         self.socket.close()
-        self.tokens.close()
+        with self._tokens_lock:
+            if self._tokens is not None:
+                self._tokens.close()
