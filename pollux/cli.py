@@ -17,6 +17,7 @@ from pollux.console import plain_console
 from pollux.data.cli import app as data_app
 from pollux.runtime.cli import register as register_runtime
 from pollux.runtime.spec_cli import app as spec_app
+from pollux.runtime.tenant_cli import app as tenant_app
 from pollux.sim.cli import simulate_command
 from pollux.sim.workload_cli import app as workload_app
 
@@ -49,6 +50,7 @@ register_runtime(app)
 app.add_typer(data_app, name="data")
 app.add_typer(workload_app, name="workload")
 app.add_typer(spec_app, name="spec")
+app.add_typer(tenant_app, name="tenant")
 
 DataDirOption = Annotated[
     Path | None,

@@ -91,3 +91,7 @@ class AllocationError(Exception):
     """A policy produced allocations that break a placement rule (a node over capacity, two distributed jobs sharing
     a node where the policy avoids that, an unknown job). A bug in the policy, not bad input: deliberately not a
     `PolluxError`, so the command line shows its traceback instead of a one-line message."""
+
+
+class AccessError(ServiceError):
+    """A tenant's token asked for what it may not touch (another tenant's job, shutting the service down): 403."""

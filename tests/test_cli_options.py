@@ -35,7 +35,7 @@ BAD_VALUES = [
     (["up"], "--max-attempts", "0"),
     (["up"], "--backoff", "-1"),
     (["up"], "--slots", "0"),
-    (["up"], "--port", "70000"),
+    (["up"], "--listen", "127.0.0.1:70000"),
     (["up"], "--checkpoint-interval", "0"),
     (["down"], "--timeout", "0"),
 ]

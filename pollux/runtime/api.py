@@ -1,18 +1,21 @@
 """The service's HTTP API: JSON over HTTP/1.1, a Starlette app that uvicorn serves from a thread of `pollux up`.
 
 `ROUTE_TABLE` is the whole map; the OpenAPI description at `/v1/openapi.json` is generated from it (the routes'
-paths, methods and docstrings). Every request carries `Authorization: Bearer <token>`; the token is a random secret
-that each `pollux up` writes to `<state_dir>/token` with mode 0600 (the folder is 0700), so only the user who started
-the service (and root) can drive it. The server binds 127.0.0.1 unless told otherwise (with --allow-remote the token
-travels in clear HTTP: put a TLS proxy in front).
+paths, methods, docstrings and who may call them). Every request carries `Authorization: Bearer <token>`. The admin
+token is a random secret that each `pollux up` writes to `<state_dir>/token` with mode 0600 (the folder is 0700), so
+only the user who started the service (and root) holds it; it may do everything. A tenant's token (`pollux tenant
+add`, `pollux.runtime.tokens`) reaches only its own tenant's jobs: every route but the login form declares its
+`Action`, and `_Access` holds it to the one rule of `pollux.runtime.access` (403 otherwise). The server binds
+127.0.0.1 unless told otherwise; beyond loopback it serves HTTPS only (`pollux up --listen --tls-cert --tls-key`).
 
 A browser proves itself once, with the token typed into the login form or with a one-time link, and then holds a
 session cookie (HttpOnly, SameSite=Strict) that is good for GET requests only: everything that changes state still
 needs the token itself. Every route but the login form answers 401 without one or the other: one check, `_Guard`, in
 front of every route, which also refuses a body over `MAX_BODY` bytes before reading it.
 
-Errors come back as {"error": one line} with 400 (bad input), 401 (token), 404 (unknown job or route), 413 (body too
-large) or 500 (a bug, logged; the service keeps running). The CLI's side is `pollux.runtime.client`.
+Errors come back as {"error": one line} with 400 (bad input), 401 (token), 403 (a tenant's token beyond its own
+jobs), 404 (unknown job or route), 413 (body too large) or 500 (a bug, logged; the service keeps running). The CLI's
+side is `pollux.runtime.client`.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable
+import tomllib
+from collections.abc import Callable, Collection
+from dataclasses import replace
 from http import HTTPStatus
 from http.cookies import CookieError, SimpleCookie
 from pathlib import Path
@@ -47,11 +52,13 @@ from uvicorn.protocols.http.h11_impl import STATUS_PHRASES, H11Protocol
 
 from pollux.dashboard import pages
 from pollux.dashboard.sessions import Sessions
-from pollux.errors import PolluxError, ServiceError, UnknownJobError
-from pollux.runtime import joblog, views
+from pollux.errors import AccessError, PolluxError, ServiceError, UnknownJobError
+from pollux.runtime import access, joblog, views
+from pollux.runtime.access import Action, Principal
 from pollux.runtime.client import TOKEN_FILE, Client, write_endpoint, write_token
 from pollux.runtime.service import Service
 from pollux.runtime.spec import loads_spec
+from pollux.runtime.tokens import TenantTokens, token_digest
 from pollux.runtime.views import job_row
 
 __all__ = ["ROUTES", "ROUTE_TABLE", "ApiServer", "Client", "job_row", "write_endpoint", "write_token"]
@@ -106,6 +113,12 @@ def _api(request: Request) -> ApiServer:
     return api
 
 
+def _principal(request: Request) -> Principal:
+    """Who sent the request (`_Guard` found it)."""
+    principal: Principal = request.state.principal
+    return principal
+
+
 async def _body(request: Request) -> bytes:
     """The request's body, at most `MAX_BODY` bytes (the guard refused a longer Content-Length unread; this bounds a
     chunked one)."""
@@ -124,23 +137,33 @@ def health(request: Request) -> Response:
 
 
 def list_jobs(request: Request) -> Response:
-    """Every job, one row each (what `pollux ls` prints)."""
-    service = _api(request).service
-    return _json({"jobs": views.job_rows(service, service.clock())})
+    """Every job, one row each (what `pollux ls` prints).
+    A tenant's token gets its own tenant's rows, and every tenant's unfinished jobs as counts (`tenants`)."""
+    service, principal = _api(request).service, _principal(request)
+    now, jobs = service.clock(), service.store.jobs()
+    answer: dict[str, Any] = {"jobs": [job_row(service, job, now) for job in access.visible(principal, jobs)]}
+    if not principal.admin:
+        answer["tenants"] = access.tenant_counts(jobs)
+    return _json(answer)
 
 
 async def submit_job(request: Request) -> Response:
-    """Submit a job: {"spec": TOML text, "source": file name, "base": folder}; answers the new job's row (201)."""
+    """Submit a job: {"spec": TOML text, "source": file name, "base": folder}; answers the new job's row (201).
+    A tenant's token submits for its own tenant (a spec naming none gets it; one naming another is refused)."""
     raw = await _body(request)
     body = json.loads(raw) if raw else None
     if not isinstance(body, dict) or not isinstance(body.get("spec"), str):
         raise ServiceError("body must be JSON with 'spec' (TOML text)")
-    return _json(await run_in_threadpool(_submit, _api(request).service, body), HTTPStatus.CREATED)
+    answer = await run_in_threadpool(_submit, _api(request).service, _principal(request), body)
+    return _json(answer, HTTPStatus.CREATED)
 
 
-def _submit(service: Service, body: dict[str, Any]) -> dict[str, Any]:
+def _submit(service: Service, principal: Principal, body: dict[str, Any]) -> dict[str, Any]:
     now = service.clock()
     spec = loads_spec(body["spec"], str(body.get("source") or "<spec>"), Path(body.get("base") or Path.cwd()))
+    tenant = access.submitted_tenant(principal, tomllib.loads(body["spec"]).get("tenant"))  # read: it parsed
+    if tenant != spec.tenant:
+        spec = replace(spec, tenant=tenant)
     return job_row(service, service.submit(spec), now)
 
 
@@ -183,9 +206,11 @@ def shutdown(request: Request) -> Response:
 
 
 def dashboard(request: Request) -> Response:
-    """The dashboard's poll: the cluster, every job's row, recent rounds."""
-    service = _api(request).service
-    return _json(views.overview(service, service.clock()))
+    """The dashboard's poll: the cluster, every job's row, recent rounds.
+    A tenant's session sees its own tenant's jobs and decisions, and the others' as counts."""
+    service, principal = _api(request).service, _principal(request)
+    overview = views.overview(service, service.clock())
+    return _json(overview if principal.admin else access.overview_for(principal, overview, service.store.jobs()))
 
 
 def dashboard_job(request: Request) -> Response:
@@ -195,9 +220,10 @@ def dashboard_job(request: Request) -> Response:
 
 
 def dashboard_link(request: Request) -> Response:
-    """A one-time login link for a browser (`pollux dashboard`); it expires in two minutes."""
+    """A one-time login link for a browser (`pollux dashboard`), to a session that sees what the token sees; it
+    expires in two minutes."""
     api = _api(request)
-    return _json({"url": f"{api.url}{LOGIN_PATH}?code={api.sessions.new_code()}"})
+    return _json({"url": f"{api.url}{LOGIN_PATH}?code={api.sessions.new_code(request.state.who)}"})
 
 
 async def openapi(request: Request) -> Response:
@@ -223,8 +249,8 @@ async def login(request: Request) -> Response:
     elif request.method == "POST":
         raw = await _body(request)
         token = parse_qs(raw.decode("utf-8", errors="replace")).get("token", [""])[0].strip()
-        if api.authorized("POST", f"Bearer {token}", ""):
-            session = api.sessions.open()
+        if found := await api.identify("POST", f"Bearer {token}", ""):
+            session = api.sessions.open(found[1])
         else:
             message = "wrong token"
     if session is None:
@@ -238,22 +264,49 @@ async def login(request: Request) -> Response:
     return Response(status_code=HTTPStatus.SEE_OTHER, headers=headers)
 
 
+class _Access:
+    """A route's access check, after routing (so a job's name is known) and before its endpoint: the route's action
+    for the request's principal, and for a route about one job, that job's tenant (`pollux.runtime.access`)."""
+
+    def __init__(self, app: ASGIApp, action: Action) -> None:
+        self.app = app
+        self.action = action
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        principal: Principal = scope["state"]["principal"]
+        name = scope.get("path_params", {}).get("name")
+        tenant = None
+        if name is not None and not principal.admin:  # an unknown job: 404, as for the admin
+            job = await run_in_threadpool(scope["app"].state.api.service.store.job, name)
+            tenant = access.job_tenant(job.spec)
+        access.check(principal, self.action, tenant, name)
+        await self.app(scope, receive, send)
+
+
+class GuardedRoute(Route):
+    """A route and its `Action`: every route but the login form is one."""
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], method: str, action: Action) -> None:
+        super().__init__(path, endpoint, methods=[method], middleware=[Middleware(_Access, action=action)])
+        self.action = action
+
+
 ROUTE_TABLE: list[BaseRoute] = [
-    Route("/v1/health", health, methods=["GET"]),
-    Route("/v1/jobs", list_jobs, methods=["GET"]),
-    Route("/v1/jobs", submit_job, methods=["POST"]),
-    Route("/v1/jobs/{name}", show_job, methods=["GET"]),
-    Route("/v1/jobs/{name}/logs", job_logs, methods=["GET"]),
-    Route("/v1/jobs/{name}/cancel", cancel_job, methods=["POST"]),
-    Route("/v1/jobs/{name}/remove", remove_job, methods=["POST"]),
-    Route("/v1/shutdown", shutdown, methods=["POST"]),
-    Route("/v1/dashboard", dashboard, methods=["GET"]),
-    Route("/v1/dashboard/jobs/{name}", dashboard_job, methods=["GET"]),
-    Route("/v1/dashboard/link", dashboard_link, methods=["POST"]),
-    Route(OPENAPI_PATH, openapi, methods=["GET"]),
-    Route("/", dashboard_page, methods=["GET"]),
-    Route("/ui", dashboard_page, methods=["GET"]),
-    Route(DASHBOARD_PATH, dashboard_page, methods=["GET"]),
+    GuardedRoute("/v1/health", health, "GET", Action.READ),
+    GuardedRoute("/v1/jobs", list_jobs, "GET", Action.READ),
+    GuardedRoute("/v1/jobs", submit_job, "POST", Action.SUBMIT),
+    GuardedRoute("/v1/jobs/{name}", show_job, "GET", Action.READ_JOB),
+    GuardedRoute("/v1/jobs/{name}/logs", job_logs, "GET", Action.READ_JOB),
+    GuardedRoute("/v1/jobs/{name}/cancel", cancel_job, "POST", Action.CHANGE_JOB),
+    GuardedRoute("/v1/jobs/{name}/remove", remove_job, "POST", Action.CHANGE_JOB),
+    GuardedRoute("/v1/shutdown", shutdown, "POST", Action.SHUTDOWN),
+    GuardedRoute("/v1/dashboard", dashboard, "GET", Action.READ),
+    GuardedRoute("/v1/dashboard/jobs/{name}", dashboard_job, "GET", Action.READ_JOB),
+    GuardedRoute("/v1/dashboard/link", dashboard_link, "POST", Action.LOGIN_LINK),
+    GuardedRoute(OPENAPI_PATH, openapi, "GET", Action.READ),
+    GuardedRoute("/", dashboard_page, "GET", Action.READ),
+    GuardedRoute("/ui", dashboard_page, "GET", Action.READ),
+    GuardedRoute(DASHBOARD_PATH, dashboard_page, "GET", Action.READ),
     Route(LOGIN_PATH, login, methods=["GET", "POST"]),
 ]
 # (method, path) of every route that needs credentials (NAME: any job), for the tests that walk them all
@@ -266,10 +319,14 @@ ROUTES = tuple(
 
 
 class _OpenAPI(BaseSchemaGenerator):
-    """OpenAPI 3.1 from the routes: each operation's summary and description are its endpoint's docstring."""
+    """OpenAPI 3.1 from the routes: each operation's summary and description are its endpoint's docstring, and
+    `x-access` says who may call it."""
 
     def get_schema(self, routes: list[BaseRoute]) -> dict[str, Any]:
         paths: dict[str, dict[str, Any]] = {}
+        actions = {
+            (r.path, m.lower()): r.action for r in routes if isinstance(r, GuardedRoute) for m in r.methods or ()
+        }
         for endpoint in self.get_endpoints(routes):
             summary, _, description = (endpoint.func.__doc__ or "").partition("\n")
             names = [part[1:-1] for part in endpoint.path.split("/") if part.startswith("{")]
@@ -282,11 +339,13 @@ class _OpenAPI(BaseSchemaGenerator):
                 "responses": {
                     "2XX": {"description": "JSON" if endpoint.path.startswith("/v1/") else "HTML"},
                     "4XX": {
-                        "description": 'JSON {"error": one line}: 400 bad input, 401 no or wrong token, 404 '
-                        "unknown job or route, 413 body too large"
+                        "description": 'JSON {"error": one line}: 400 bad input, 401 no or wrong token, 403 a '
+                        "tenant's token beyond its own jobs, 404 unknown job or route, 413 body too large"
                     },
                 },
             }
+            if (action := actions.get((endpoint.path, endpoint.http_method))) is not None:
+                operation["x-access"] = _ACCESS_TEXT[action]
             if description.strip():
                 operation["description"] = " ".join(description.split())
             if endpoint.path == LOGIN_PATH:
@@ -294,16 +353,36 @@ class _OpenAPI(BaseSchemaGenerator):
             paths.setdefault(endpoint.path, {})[endpoint.http_method] = operation
         return {
             "openapi": "3.1.0",
-            "info": {"title": "Pollux scheduler", "version": "1"},
+            "info": {
+                "title": "Pollux scheduler",
+                "version": "1",
+                "description": "The admin token may call every operation. A tenant's token (`pollux tenant add`) "
+                "reaches its own tenant's jobs only (403 otherwise) and sees the others as counts; each operation's "
+                "`x-access` says what it allows a tenant.",
+            },
             "components": {
                 "securitySchemes": {
-                    "token": {"type": "http", "scheme": "bearer", "description": f"<state_dir>/{TOKEN_FILE}"},
+                    "token": {
+                        "type": "http",
+                        "scheme": "bearer",
+                        "description": f"the admin's: <state_dir>/{TOKEN_FILE}; a tenant's: `pollux tenant add`",
+                    },
                     "session": {"type": "apiKey", "in": "cookie", "name": "pollux_session_<port>"},
                 }
             },
             "security": [{"token": []}, {"session": []}],
             "paths": paths,
         }
+
+
+_ACCESS_TEXT = {
+    Action.READ: "any token; a tenant's sees its own tenant's jobs, the others' as counts",
+    Action.SUBMIT: "any token; a tenant's submits for its own tenant only",
+    Action.READ_JOB: "the admin's, or the job's tenant's",
+    Action.CHANGE_JOB: "the admin's, or the job's tenant's",
+    Action.LOGIN_LINK: "any token (the session sees what the token sees)",
+    Action.SHUTDOWN: "the admin's only",
+}
 
 
 # -- errors: one line each --------------------------------------------------------------------------------------
@@ -324,6 +403,10 @@ async def _unknown_job(request: Request, error: Exception) -> Response:
     return _error(HTTPStatus.NOT_FOUND, str(error))
 
 
+async def _forbidden(request: Request, error: Exception) -> Response:
+    return _error(HTTPStatus.FORBIDDEN, str(error))
+
+
 async def _bad_input(request: Request, error: Exception) -> Response:
     return _error(HTTPStatus.BAD_REQUEST, str(error))
 
@@ -333,14 +416,16 @@ ERROR_HANDLERS = {
     HTTPStatus.METHOD_NOT_ALLOWED.value: _no_route,
     HTTPStatus.REQUEST_ENTITY_TOO_LARGE.value: _body_too_large,
     UnknownJobError: _unknown_job,
+    AccessError: _forbidden,
     PolluxError: _bad_input,
     ValueError: _bad_input,
 }
 
 
 class _Guard:
-    """In front of every route: the credentials (a 401 without them, as JSON under /v1/, else the login form), a
-    body's declared size (413 before reading it), and the last word on a bug (logged, answered with a 500)."""
+    """In front of every route: the credentials (a 401 without them, as JSON under /v1/, else the login form; the
+    principal they prove goes into the request's state for `_Access`), a body's declared size (413 before reading
+    it), and the last word on a bug (logged, answered with a 500)."""
 
     def __init__(self, app: ASGIApp, api: ApiServer) -> None:
         self.app = app
@@ -354,21 +439,34 @@ class _Guard:
         if path.startswith("/v1/") or path.rstrip("/") == LOGIN_PATH:  # a trailing slash is the same route
             path = scope["path"] = path.rstrip("/")
         headers = Headers(scope=scope)
-        if path != LOGIN_PATH and not self.api.authorized(
-            scope["method"], headers.get("authorization", ""), headers.get("cookie", "")
-        ):
-            if path.startswith("/v1/"):
-                refusal = _error(
-                    HTTPStatus.UNAUTHORIZED, f"missing or wrong token: send the one in {self.api.token_path}"
-                )
-            else:  # a browser: the login form, and nothing else
-                refusal = _login_form(self.api, HTTPStatus.UNAUTHORIZED, "")
+        refusal = None
+        if path != LOGIN_PATH:
+            refusal = await self._credentials(scope, headers)
+        if refusal is not None:
             refusal.headers.update(CLOSE)  # nothing more on this connection, and its body stays unread
             await refusal(scope, receive, send)
         elif int(headers.get("content-length", "0")) > MAX_BODY:  # h11 let only digits through (`_Protocol`)
             await _too_large()(scope, receive, send)
         else:
             await self._serve(scope, receive, send)
+
+    async def _credentials(self, scope: Scope, headers: Headers) -> Response | None:
+        """The refusal of a request without credentials (401) or with a tenant's the service does not know (403);
+        None, with the principal in the request's state, for one that may go on."""
+        found = await self.api.identify(scope["method"], headers.get("authorization", ""), headers.get("cookie", ""))
+        if found is None:
+            status = HTTPStatus.UNAUTHORIZED
+            problem = f"missing or wrong token: send the one in {self.api.token_path} or a tenant's"
+        else:
+            try:
+                access.check_enrolled(found[0], self.api.tenant_names)
+                scope.setdefault("state", {}).update(principal=found[0], who=found[1])
+                return None
+            except AccessError as error:
+                status, problem = HTTPStatus.FORBIDDEN, str(error)
+        if scope["path"].startswith("/v1/"):
+            return _error(status, problem)
+        return _login_form(self.api, status, "" if status == HTTPStatus.UNAUTHORIZED else problem)  # a browser
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
@@ -432,9 +530,24 @@ class ApiServer:
     """Serves one `Service` on a background thread: uvicorn runs the app on a socket bound here (a port in use
     fails now, before the service starts anything)."""
 
-    def __init__(self, service: Service, token: str, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        service: Service,
+        token: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        tls: tuple[Path, Path] | None = None,
+        tenant_names: Collection[str] | None = None,
+    ) -> None:
+        """`token` is the admin's; `tls` (certificate, key) serves HTTPS; `tenant_names`, where the service runs
+        with a tenants file, are the tenants whose tokens it accepts."""
         self.service = service
-        self.token = token
+        self._admin = token_digest(token)
+        self.tls = tls
+        self.tenant_names = tenant_names
+        self._tokens: TenantTokens | None = None  # opened at the first token that is not the admin's
+        self._tokens_lock = threading.Lock()
         self.sessions = Sessions()
         self.socket = socket.create_server((host, port))
         self.app = Starlette(
@@ -450,6 +563,8 @@ class ApiServer:
             access_log=False,
             server_header=False,
             timeout_graceful_shutdown=STOP_TIMEOUT_S,
+            ssl_certfile=tls[0] if tls else None,
+            ssl_keyfile=tls[1] if tls else None,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, args=([self.socket],), name="pollux-api", daemon=True)
@@ -457,7 +572,8 @@ class ApiServer:
     @property
     def url(self) -> str:
         host, port = self.socket.getsockname()[:2]
-        return f"http://{host!s}:{port}"
+        host = f"[{host}]" if ":" in str(host) else host
+        return f"{'https' if self.tls else 'http'}://{host!s}:{port}"
 
     @property
     def cookie_name(self) -> str:
@@ -468,12 +584,26 @@ class ApiServer:
     def token_path(self) -> Path:
         return self.service.config.state_dir / TOKEN_FILE
 
-    def authorized(self, method: str, authorization: str, cookie_header: str) -> bool:
-        """The one access check: the token as `Authorization: Bearer`, or (for a GET only) a dashboard session."""
+    async def identify(self, method: str, authorization: str, cookie_header: str) -> tuple[Principal, str] | None:
+        """Who sends a request, and the digest of the token that proves it: the token as `Authorization: Bearer`,
+        or (for a GET only) a dashboard session opened with a token that is still good; None for neither."""
         given = authorization.removeprefix("Bearer ").strip()
-        if given and hmac.compare_digest(given.encode(), self.token.encode()):
-            return True
-        return method == "GET" and self.sessions.valid(self.session_of(cookie_header))
+        digests = [token_digest(given)] if given else []
+        if method == "GET" and (who := self.sessions.who(self.session_of(cookie_header))):
+            digests.append(who)
+        for digest in digests:
+            if hmac.compare_digest(digest.encode(), self._admin.encode()):
+                return access.ADMIN, digest
+            tenant = await run_in_threadpool(self._tenant_of, digest)
+            if tenant is not None:
+                return Principal(admin=False, tenant=tenant), digest
+        return None
+
+    def _tenant_of(self, digest: str) -> str | None:
+        with self._tokens_lock:
+            if self._tokens is None:
+                self._tokens = TenantTokens(self.service.config.database)
+        return self._tokens.tenant_of(digest)
 
     def session_of(self, cookie_header: str) -> str:
         try:
@@ -497,3 +627,6 @@ class ApiServer:
         if self._thread.is_alive():
             self._thread.join(STOP_TIMEOUT_S + 5)
         self.socket.close()
+        with self._tokens_lock:
+            if self._tokens is not None:
+                self._tokens.close()

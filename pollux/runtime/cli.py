@@ -76,16 +76,39 @@ def exclusive(state_dir: Path) -> Iterator[None]:
         handle.close()
 
 
-def _check_bind(host: str, allow_remote: bool) -> None:
+def _listen_on(listen: str, tls: tuple[Path, Path] | None) -> tuple[str, int]:
+    """`--listen ADDR:PORT` as (address, port); beyond loopback only with TLS (a token in clear HTTP could be read
+    by anyone on the path). A certificate and key that do not make a TLS server are refused here, before anything
+    starts."""
+    host, _, port = listen.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise ServiceError(f"--listen must be ADDR:PORT with a port in 0-65535 (0: any free one), got {listen!r}")
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = False
-    if not loopback and not allow_remote:
+    if tls is None and not loopback:
         raise ServiceError(
-            f"--host {host} would expose the scheduler beyond this machine; add --allow-remote if that is intended "
-            "(the token still guards every request)"
+            f"--listen {listen} would expose the scheduler beyond this machine in clear HTTP; add --tls-cert FILE "
+            "--tls-key FILE to serve HTTPS there, or listen on 127.0.0.1"
         )
+    if tls is not None:
+        import ssl
+
+        try:
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(*tls)
+        except (OSError, ssl.SSLError) as error:
+            raise ServiceError(
+                f"--tls-cert {tls[0]} --tls-key {tls[1]}: not a certificate and its private key in PEM ({error})"
+            ) from None
+    return host, int(port)
+
+
+def _tls_files(cert: Path | None, key: Path | None) -> tuple[Path, Path] | None:
+    if (cert is None) != (key is None):
+        raise ServiceError("--tls-cert and --tls-key go together: the certificate and its private key (PEM)")
+    return None if cert is None or key is None else (cert.resolve(), key.resolve())
 
 
 def up(
@@ -126,14 +149,18 @@ def up(
             callback=bounds(0),
         ),
     ] = LEASE_MIN_RUN_S,
-    host: Annotated[str, typer.Option(help="Address the API binds.")] = "127.0.0.1",
-    port: Annotated[
-        int,
-        typer.Option(help="API port (0: any free port; clients find it in the state dir).", callback=bounds(0, 65535)),
-    ] = 0,
-    allow_remote: Annotated[
-        bool, typer.Option(help="Allow a non-loopback address (the token then crosses the network in clear HTTP).")
-    ] = False,
+    listen: Annotated[
+        str,
+        typer.Option(
+            metavar="ADDR:PORT",
+            help="Where the API listens (port 0: any free port; clients find it in the state dir). Beyond loopback "
+            "only with --tls-cert and --tls-key.",
+        ),
+    ] = "127.0.0.1:0",
+    tls_cert: Annotated[
+        Path | None, typer.Option(help="Serve HTTPS with this certificate (PEM; clients trust it from the state dir).")
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="The private key of --tls-cert (PEM).")] = None,
     ray_address: Annotated[str | None, typer.Option(help="Ray backend: cluster address (e.g. auto).")] = None,
     gpu_resource: Annotated[str, typer.Option(help="Ray backend: the resource that counts as a GPU.")] = "GPU",
     gpu_type: Annotated[
@@ -174,12 +201,13 @@ def up(
 ) -> None:
     """Run the scheduler service in the foreground. It runs until `pollux down` (or Ctrl-C); its jobs checkpoint on
     the way out and resume at the next `pollux up`."""
+    tls = _tls_files(tls_cert, tls_key)
+    host, port = _listen_on(listen, tls)  # before the imports: a refusal is said at once
     from pollux.autoscale import WINDOW_ROUNDS
     from pollux.runtime.api import ApiServer
     from pollux.runtime.client import write_endpoint, write_token
     from pollux.runtime.service import Service, ServiceConfig
 
-    _check_bind(host, allow_remote)
     if autoscale_window is not None and not autoscale:
         raise ServiceError("--autoscale-window is for --autoscale; add --autoscale or drop --autoscale-window")
     node_types = _node_types(backend, autoscale, node_type or [])  # bad input fails before anything starts
@@ -212,11 +240,11 @@ def up(
                 autoscaler.check_available()
             service = Service(config, launcher, autoscaler=autoscaler)
             try:
-                api = ApiServer(service, write_token(directory), host, port)
+                api = ApiServer(service, write_token(directory), host, port, tls=tls)
             except OSError as error:  # the port is taken, or the address is not this machine's
                 raise ServiceError(
-                    f"cannot listen on {host}:{port} ({error.strerror}); pick another --port (0: any free one) "
-                    "or --host"
+                    f"cannot listen on {listen} ({error.strerror}); pick another port in --listen (0: any free one) "
+                    "or another address"
                 ) from None
         except BaseException:
             launcher.shutdown()
@@ -232,7 +260,8 @@ def up(
         plain_console(stderr=True).print(
             f"Dashboard at {api.url}/ui/ (log in with the link `pollux dashboard` prints)", soft_wrap=True
         )
-        write_endpoint(directory, api.url)  # last: clients that find it can use the service at once
+        # last: clients that find it can use the service at once
+        write_endpoint(directory, api.url, tls[0] if tls else None)
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: service.request_shutdown())
         try:
@@ -570,7 +599,12 @@ def dashboard(
 
 
 EXAMPLES: dict[Callable[..., None], str] = {
-    up: examples("pollux up", "pollux up --slots 4 --policy pollux", "pollux up --backend ray --ray-address auto"),
+    up: examples(
+        "pollux up",
+        "pollux up --slots 4 --policy pollux",
+        "pollux up --backend ray --ray-address auto",
+        "pollux up --listen 0.0.0.0:8443 --tls-cert cert.pem --tls-key key.pem",
+    ),
     submit: examples("pollux submit job.toml", "pollux submit a.toml b.toml jobs/"),
     ls: examples("pollux ls", "pollux ls digits", "pollux ls --status running,pending", "pollux ls --json"),
     logs: examples("pollux logs digits", "pollux logs digits --follow"),

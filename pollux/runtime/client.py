@@ -3,6 +3,11 @@ clients meet: the token (mode 0600) and the endpoint.
 
 Standard library only: `pollux submit`, `ls` and `logs` start in a fraction of a second because they import neither
 the server's framework nor the scheduler.
+
+A service that serves HTTPS records its certificate in the endpoint; the client trusts it (besides the system's
+authorities) and checks the host name against it, so a self-signed certificate works and nothing goes unverified.
+`POLLUX_TOKEN` in the environment replaces the admin token of the state directory (a tenant's, from `pollux tenant
+add`).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import json
 import os
 import secrets
 import socket
+import ssl
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -24,6 +30,7 @@ from pollux.runtime.processes import process_start_ticks
 _HOST = socket.gethostname()
 TOKEN_FILE = "token"
 ENDPOINT_FILE = "endpoint.json"
+TOKEN_ENV = "POLLUX_TOKEN"
 
 
 def private_dir(path: Path) -> Path:
@@ -47,11 +54,14 @@ def write_token(state_dir: Path) -> str:
     return token
 
 
-def write_endpoint(state_dir: Path, url: str) -> None:
-    """Tell clients where the service listens and which process it is (atomic: no reader sees half a file)."""
+def write_endpoint(state_dir: Path, url: str, certificate: Path | None = None) -> None:
+    """Tell clients where the service listens, which process it is and (for HTTPS) the certificate to trust
+    (atomic: no reader sees half a file)."""
     path = state_dir / ENDPOINT_FILE
     tmp = path.with_suffix(".tmp")
     endpoint = {"url": url, "pid": os.getpid(), "start_ticks": process_start_ticks(os.getpid()), "host": _HOST}
+    if certificate is not None:
+        endpoint["certificate"] = str(certificate.resolve())
     tmp.write_text(json.dumps(endpoint), encoding="utf-8")
     tmp.replace(path)
 
@@ -65,6 +75,21 @@ def _read_private(path: Path) -> str:
             f"cannot read {path}: permission denied; run as the user who started `pollux up` (its state directory "
             "is private), or pass your own --state-dir"
         ) from None
+
+
+def _tls_context(certificate: str | None) -> ssl.SSLContext:
+    """Verification against the system's authorities and the service's own certificate, which may be self-signed
+    or a leaf without its chain (a partial chain ends at a certificate trusted here)."""
+    context = ssl.create_default_context()
+    if certificate:
+        try:
+            context.load_verify_locations(certificate)
+        except (OSError, ssl.SSLError) as error:
+            raise ServiceError(
+                f"cannot read the service's certificate {certificate} ({error}); is `pollux up` running?"
+            ) from None
+        context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    return context
 
 
 class Client:
@@ -85,6 +110,10 @@ class Client:
         # a service killed with -9 leaves its endpoint behind: never send the token to whoever took the port since
         if endpoint.get("host") == _HOST and process_start_ticks(int(endpoint["pid"])) != endpoint.get("start_ticks"):
             raise down
+        self.tls = _tls_context(endpoint.get("certificate")) if self.url.startswith("https:") else None
+        if os.environ.get(TOKEN_ENV):
+            self.token = os.environ[TOKEN_ENV].strip()
+            return
         token_path = state_dir / TOKEN_FILE
         try:
             self.token = _read_private(token_path).strip()
@@ -103,7 +132,7 @@ class Client:
         if data is not None:
             request.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            with urllib.request.urlopen(request, timeout=self.timeout_s, context=self.tls) as response:
                 return json.loads(response.read() or b"null")
         except urllib.error.HTTPError as error:
             try:
@@ -111,11 +140,21 @@ class Client:
             except (json.JSONDecodeError, AttributeError):
                 message = error.reason
             raise ServiceError(str(message)) from None
-        except (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError) as error:
-            raise SchedulerDownError(
-                f"the scheduler at {self.url} does not answer ({error}); is `pollux up` running? "
-                f"(state dir {self.state_dir})"
-            ) from None
+        except urllib.error.URLError as error:
+            if isinstance(error.reason, ssl.SSLError):
+                raise ServiceError(
+                    f"the scheduler at {self.url} failed the TLS check ({error.reason}); its certificate must match "
+                    "the one `pollux up --tls-cert` recorded in the state dir"
+                ) from None
+            raise self._down(error) from None
+        except (http.client.HTTPException, ConnectionError, TimeoutError) as error:
+            raise self._down(error) from None
+
+    def _down(self, error: Exception) -> SchedulerDownError:
+        return SchedulerDownError(
+            f"the scheduler at {self.url} does not answer ({error}); is `pollux up` running? "
+            f"(state dir {self.state_dir})"
+        )
 
     def health(self) -> dict[str, Any]:
         return self.request("GET", "/v1/health")

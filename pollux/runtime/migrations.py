@@ -117,7 +117,15 @@ def index_job_lookups(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX status_history_by_job ON status_history (job)")
 
 
-MIGRATIONS: tuple[Migration, ...] = (adopt_unversioned, index_job_lookups)
+def add_tenant_tokens(db: sqlite3.Connection) -> None:
+    """Version 3: the tenants' tokens, each kept only as its sha256 (`pollux.runtime.tokens`), one per tenant."""
+    db.execute(
+        "CREATE TABLE tenant_tokens "
+        "(tenant TEXT PRIMARY KEY, token_sha256 TEXT NOT NULL UNIQUE, created_at REAL NOT NULL)"
+    )
+
+
+MIGRATIONS: tuple[Migration, ...] = (adopt_unversioned, index_job_lookups, add_tenant_tokens)
 LATEST = len(MIGRATIONS)
 
 

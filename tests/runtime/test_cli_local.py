@@ -200,8 +200,8 @@ def test_a_scheduler_killed_between_two_writes_loses_and_duplicates_nothing(tmp_
 
 
 def test_up_refuses_a_second_service_and_a_public_bind(tmp_path, state):
-    public = pollux("up", "--state-dir", str(state), "--host", "0.0.0.0", check=False)
-    assert public.returncode == 2 and "--allow-remote" in public.stderr
+    public = pollux("up", "--state-dir", str(state), "--listen", "0.0.0.0:0", check=False)
+    assert public.returncode == 2 and "--tls-cert" in public.stderr
     up = Up(state, "--slots", "2")
     try:
         again = pollux("up", "--state-dir", str(state), "--slots", "2", check=False, timeout=60)
@@ -218,8 +218,9 @@ def test_up_refuses_a_second_service_and_a_public_bind(tmp_path, state):
 def test_up_on_a_taken_port_is_one_line_naming_it_and_leaves_nothing_running(state):
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
-        result = pollux("up", "--state-dir", str(state), "--slots", "1", "--port", str(port), check=False, timeout=60)
+        listen = f"127.0.0.1:{port}"
+        result = pollux("up", "--state-dir", str(state), "--slots", "1", "--listen", listen, check=False, timeout=60)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and f"cannot listen on 127.0.0.1:{port}" in lines[0] and "--port" in lines[0], result.stderr
+    assert len(lines) == 1 and f"cannot listen on {listen}" in lines[0] and "--listen" in lines[0], result.stderr
     assert not (state / "endpoint.json").exists()

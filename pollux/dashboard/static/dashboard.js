@@ -34,13 +34,16 @@
   // -- cluster view: one row of GPU cells per node, coloured by the job holding each GPU ----------------------
   // A held cell shows its job's number in the legend below (names do not fit in a cell, and share prefixes);
   // its tooltip and the legend name the job, and pointing at either highlights all of that job's GPUs.
+  // A tenant's session sees its own jobs by name, and the GPUs other tenants hold as grey cells (no names).
+  const OTHERS = "";
   function drawCluster(data) {
     const holders = data.cluster.nodes.map(() => []);
     for (const job of data.jobs) {
       (job.allocation || []).forEach((count, node) => { for (let i = 0; i < count; i++) holders[node].push(job.name); });
     }
+    (data.held_by_others || []).forEach((count, node) => { for (let i = 0; i < count; i++) holders[node].push(OTHERS); });
     const key = {};
-    for (const name of holders.flat()) key[name] ??= Object.keys(key).length + 1;
+    for (const name of holders.flat()) if (name !== OTHERS) key[name] ??= Object.keys(key).length + 1;
     const rows = data.cluster.nodes.map((node, n) => {
       const row = make("div", null, "node");
       row.dataset.node = n;
@@ -49,8 +52,10 @@
       const cells = make("div", null, "gpus");
       for (let g = 0; g < node.gpus; g++) {
         const name = holders[n][g];
-        const cell = make("div", null, name ? "gpu held" : "gpu");
-        if (name) {
+        const cell = make("div", null, name ? "gpu held" : name === OTHERS ? "gpu other" : "gpu");
+        if (name === OTHERS) {
+          cell.title = `held by another tenant (node ${n}, GPU ${g})`;
+        } else if (name) {
           cell.style.background = jobColor(name);
           cell.title = `${name} (node ${n}, GPU ${g})`;
           cell.dataset.job = name;
@@ -191,6 +196,20 @@
     drawFilter(data);
   }
 
+  // -- tenants (a tenant's session): every tenant's unfinished jobs and GPUs held, as counts -----------------------
+  function drawTenants(data) {
+    $("tenants-card").hidden = !data.tenants;
+    if (!data.tenants) return;
+    const rows = Object.entries(data.tenants).map(([name, t]) => {
+      const row = make("tr", null, name === data.tenant ? "own" : "");
+      const types = Object.entries(t.gpus_by_type).map(([type, n]) => `${n} ${type}`).join(", ");
+      row.append(make("td", name), make("td", t.running, "num"), make("td", t.pending, "num"),
+        make("td", t.gpus, "num"), make("td", types || "–"));
+      return row;
+    });
+    $("tenants").replaceChildren(...rows);
+  }
+
   // -- scheduler view -------------------------------------------------------------------------------------------
   function drawScheduler(data) {
     const lines = data.decisions.flatMap((round) => round.decisions.map((d) => {
@@ -271,9 +290,10 @@
       const data = await getJson("/v1/dashboard");
       state.data = data;
       data.jobs.forEach((job, i) => { state.order[job.name] = i; });  // rows come in submission order
-      $("meta").textContent = `policy ${data.policy} · ${data.backend} backend · ${data.jobs.length} job(s) · round ${data.rounds_run} · updated ${clock(data.now)}`;
+      $("meta").textContent = `${data.tenant ? `tenant ${data.tenant} · ` : ""}policy ${data.policy} · ${data.backend} backend · ${data.jobs.length} job(s) · round ${data.rounds_run} · updated ${clock(data.now)}`;
       if (state.job === null) {
         drawCluster(data);
+        drawTenants(data);
         drawJobs(data);
         drawScheduler(data);
       } else {
