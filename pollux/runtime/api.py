@@ -130,7 +130,8 @@ def list_jobs(request: Request) -> Response:
 
 
 async def submit_job(request: Request) -> Response:
-    """Submit a job: {"spec": TOML text, "source": file name, "base": folder}; answers the new job's row (201)."""
+    """Submit a job: {"spec": TOML text, "source": file name, "base": folder, "tenant": optional, overrides the
+    spec's}; answers the new job's row (201)."""
     raw = await _body(request)
     body = json.loads(raw) if raw else None
     if not isinstance(body, dict) or not isinstance(body.get("spec"), str):
@@ -140,7 +141,10 @@ async def submit_job(request: Request) -> Response:
 
 def _submit(service: Service, body: dict[str, Any]) -> dict[str, Any]:
     now = service.clock()
-    spec = loads_spec(body["spec"], str(body.get("source") or "<spec>"), Path(body.get("base") or Path.cwd()))
+    tenant = body.get("tenant")
+    if tenant is not None and not isinstance(tenant, str):
+        raise ServiceError("'tenant' must be a string: a tenant's name")
+    spec = loads_spec(body["spec"], str(body.get("source") or "<spec>"), Path(body.get("base") or Path.cwd()), tenant)
     return job_row(service, service.submit(spec), now)
 
 
@@ -180,6 +184,11 @@ def shutdown(request: Request) -> Response:
     """Stop the service (202); jobs checkpoint and resume at the next `pollux up`."""
     _api(request).service.request_shutdown()
     return _json({"ok": True}, HTTPStatus.ACCEPTED)
+
+
+def tenants(request: Request) -> Response:
+    """Every tenant's GPUs per type: held, guaranteed, and the last round's demand, entitlement and budget."""
+    return _json(views.tenant_usage(_api(request).service))
 
 
 def dashboard(request: Request) -> Response:
@@ -247,6 +256,7 @@ ROUTE_TABLE: list[BaseRoute] = [
     Route("/v1/jobs/{name}/cancel", cancel_job, methods=["POST"]),
     Route("/v1/jobs/{name}/remove", remove_job, methods=["POST"]),
     Route("/v1/shutdown", shutdown, methods=["POST"]),
+    Route("/v1/tenants", tenants, methods=["GET"]),
     Route("/v1/dashboard", dashboard, methods=["GET"]),
     Route("/v1/dashboard/jobs/{name}", dashboard_job, methods=["GET"]),
     Route("/v1/dashboard/link", dashboard_link, methods=["POST"]),
