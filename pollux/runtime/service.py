@@ -89,15 +89,17 @@ class Service:
         self.clock = clock
         self.policy = make_runtime_policy(config.policy, config.restart_delay_s)  # a bad name fails before any file
         config.state_dir.mkdir(parents=True, exist_ok=True)
+        # checked against the most the cluster can offer (`capacity`), before the store opens
+        self.tenants = service_tenants(config, autoscaler.largest if autoscaler is not None else launcher.cluster)
         self.store = StateStore(config.database)
         self.reports = ReportCache(config, self.store)
         self.lifecycle = JobLifecycle(config, self.store, launcher, self.reports, clock, self._wake)
         self.backend = RuntimeBackend(self.store, self.lifecycle, self.reports, lambda: self.launcher.cluster)
         self.pool = self._pool(autoscaler) if autoscaler is not None else None
-        self.tenants = self.backend.tenants = service_tenants(config, self.capacity())
+        self.backend.tenants = self.tenants
         quota = QuotaLayer(self.tenants) if self.tenants is not None else None
         self.scheduler = Scheduler(self.policy, self.backend, config.lease, quota)
-        self.quota: RoundQuota | None = None  # the last round's quota picture (`pollux ls`, the dashboard)
+        self.last_quota: RoundQuota | None = None  # the last round's quota picture (`pollux ls`, the dashboard)
         self._requests = _Requests()
         self._cond = threading.Condition()
         self._stopped = threading.Event()
@@ -260,7 +262,7 @@ class Service:
             return None
         result = self.scheduler.step(now)
         self.rounds += 1
-        self.quota = result.quota
+        self.last_quota = result.quota
         views = self.backend.last_views
         held = {view.name: view.allocation for view in views}
         if result.decisions:

@@ -105,7 +105,7 @@ def tenant_usage(service: Service, states: list[JobState] | None = None) -> dict
     states = service.store.jobs(include_finished=False) if states is None else states
     active = [(s, str(s.spec.get("tenant", DEFAULT_TENANT))) for s in states if s.status in ("pending", "running")]
     held = held_by_tenant((tenant, s.gpu_type, sum(s.allocation)) for s, tenant in active if s.status == "running")
-    quota = service.quota
+    quota = service.last_quota
     budgets, entitled, demand = (quota.budgets, quota.entitled, quota.demand) if quota is not None else ({}, {}, {})
     rows = [
         {
