@@ -97,11 +97,13 @@ def cluster_of(service: Service) -> dict[str, Any]:
 def tenant_usage(service: Service, states: list[JobState] | None = None) -> dict[str, Any]:
     """Every tenant's GPUs per type: held now (its running jobs), guaranteed, its cap, and the last round's demand,
     entitlement and budget (`pollux.quota.RoundQuota`; zeros before a round with jobs); its running and pending
-    jobs. Without a tenants file, no tenants. `states`: the jobs, where the caller has read them already."""
-    tenants = service.tenants
-    types = list(service.capacity().gpu_types)
+    jobs; and the GPUs of each type the guarantees were checked against. Without a tenants file, no tenants.
+    `states`: the jobs, where the caller has read them already."""
+    tenants, cluster = service.tenants, service.capacity()
+    types = list(cluster.gpu_types)
+    capacity = {t: cluster.gpus_of_type(t) for t in types}
     if tenants is None:
-        return {"tenants": [], "gpu_types": types, "round_at": None}
+        return {"tenants": [], "gpu_types": types, "capacity": capacity, "round_at": None}
     states = service.store.jobs(include_finished=False) if states is None else states
     active = [(s, str(s.spec.get("tenant", DEFAULT_TENANT))) for s in states if s.status in ("pending", "running")]
     held = held_by_tenant((tenant, s.gpu_type, sum(s.allocation)) for s, tenant in active if s.status == "running")
@@ -128,7 +130,7 @@ def tenant_usage(service: Service, states: list[JobState] | None = None) -> dict
         }
         for tenant in tenants.tenants
     ]
-    return {"tenants": rows, "gpu_types": types, "round_at": quota.now if quota is not None else None}
+    return {"tenants": rows, "gpu_types": types, "capacity": capacity, "round_at": quota.now if quota else None}
 
 
 def overview(service: Service, now: float) -> dict[str, Any]:

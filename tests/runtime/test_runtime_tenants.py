@@ -53,7 +53,7 @@ def service_on(state: Path, clock: Clock, tenants: Path | None = None, launcher:
 
 
 def submit(service: Service, folder: Path, name: str, tenant: str, **fields: object) -> None:
-    service.submit(load_spec(write_spec(folder, name, "--steps 1000", max_gpus=4, tenant=tenant, **fields)))
+    service.submit(load_spec(write_spec(folder, name, "--steps 1000", **{"max_gpus": 4, "tenant": tenant, **fields})))
 
 
 def held(service: Service) -> dict[str, int]:
@@ -205,6 +205,40 @@ def test_the_api_takes_a_submitters_tenant_and_answers_the_tenants_usage(tmp_pat
         assert [t["name"] for t in usage["tenants"]] == ["a", "b"] and usage["gpu_types"] == ["aws"]
         assert usage["tenants"][1]["types"]["aws"]["held"] == 4 and usage["round_at"] == clock.now
         assert client.request("GET", "/v1/dashboard")["tenants"] == usage
+    finally:
+        server.close()
+        service.store.close()
+
+
+TWENTY_TEAMS = "".join(f'[[tenant]]\nname = "t{i:02d}"\nguaranteed = {{ aws = 1 }}\n\n' for i in range(20))
+
+
+@pytest.mark.e2e  # a real browser
+def test_the_dashboard_shows_twenty_tenants_usage_against_their_guarantees(
+    tmp_path, counter_job, browser, artifact_dir
+):
+    """20 tenants on 20 GPUs, a guarantee of 1 each: t00's job borrows what the idle tenants leave, t01's holds its
+    own; the page has a row per tenant with the GPUs held, the guarantee and the budget, and t00's bar its borrowed
+    part."""
+    launcher, clock = FakeLauncher(cluster=Cluster(5, 4)), Clock()
+    service = service_on(tmp_path / "state", clock, tenants_file(tmp_path, TWENTY_TEAMS), launcher)
+    submit(service, counter_job.parent, "wide", "t00")
+    submit(service, counter_job.parent, "one", "t01", max_gpus=1)
+    service.step()
+    assert held(service) == {"wide": 4, "one": 1}
+    server = ApiServer(service, write_token(service.config.state_dir))
+    server.start()
+    try:
+        browser.open(f"{server.url}/ui/login?code={server.sessions.new_code()}")
+        browser.wait_for("document.querySelectorAll('#tenants-body tr').length === 20", what="20 tenant rows")
+        row = "document.querySelector('#tenants-body tr[data-tenant=\"{}\"]').textContent"
+        assert browser.evaluate(row.format("t00")) == "t001 · 04 / 1 · budget 4"
+        assert browser.evaluate(row.format("t01")) == "t011 · 01 / 1 · budget 1"
+        assert browser.evaluate(row.format("t19")) == "t190 · 00 / 1 · budget 0"
+        borrowed = "document.querySelector('tr[data-tenant=\"{}\"] .borrowed').style.width"
+        assert browser.evaluate(borrowed.format("t00")) == "15%" and browser.evaluate(borrowed.format("t01")) == "0%"
+        assert browser.evaluate("document.getElementById('tenants-summary').textContent") == "20 tenant(s), 1 borrowing"
+        browser.screenshot(artifact_dir / "dashboard-tenants.png")
     finally:
         server.close()
         service.store.close()
