@@ -8,6 +8,7 @@ A dashboard poll does no more than one query per table and the job rows, so it s
 from __future__ import annotations
 
 import os
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from pollux.cluster import placement
@@ -107,6 +108,7 @@ def tenant_usage(service: Service, states: list[JobState] | None = None) -> dict
     states = service.store.jobs(include_finished=False) if states is None else states
     active = [(s, str(s.spec.get("tenant", DEFAULT_TENANT))) for s in states if s.status in ("pending", "running")]
     held = held_by_tenant((tenant, s.gpu_type, sum(s.allocation)) for s, tenant in active if s.status == "running")
+    counts = Counter((tenant, str(s.status)) for s, tenant in active)
     quota = service.last_quota
     budgets, entitled, demand = (quota.budgets, quota.entitled, quota.demand) if quota is not None else ({}, {}, {})
     rows = [
@@ -114,8 +116,8 @@ def tenant_usage(service: Service, states: list[JobState] | None = None) -> dict
             "name": tenant.name,
             "weight": tenant.weight,
             "borrow": tenant.borrow,
-            "jobs_running": sum(1 for s, t in active if t == tenant.name and s.status == "running"),
-            "jobs_pending": sum(1 for s, t in active if t == tenant.name and s.status == "pending"),
+            "jobs_running": counts[tenant.name, "running"],
+            "jobs_pending": counts[tenant.name, "pending"],
             "types": {
                 t: {
                     "held": held.get(tenant.name, {}).get(t, 0),
