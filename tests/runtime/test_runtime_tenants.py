@@ -8,6 +8,8 @@ milliseconds; the acceptance runs `pollux up` with a real example job on CPU slo
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -141,6 +143,18 @@ def test_a_restarted_service_keeps_its_tenants_and_a_new_file_replaces_them(rig,
     last = service_on(service.config.state_dir, clock, launcher=launcher)
     assert last.tenants == replaced.tenants  # a refused file is not recorded
     last.store.close()
+
+
+def test_pollux_up_refuses_a_tenants_file_in_one_line_before_it_serves(tmp_path):
+    """CPU slots are of type cpu: a guarantee of aws GPUs is refused, naming the file, the tenant and the types."""
+    state, teams = tmp_path / "state", tenants_file(tmp_path)
+    up = [sys.executable, "-m", "pollux", "up", "--slots", "2", "--tenants", str(teams), "--state-dir", str(state)]
+    result = subprocess.run(up, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"error: {teams}: tenant 'a': guaranteed.aws: unknown GPU type; this cluster has cpu"
+    ]
+    assert not (state / "tenants.json").exists() and not (state / "endpoint.json").exists()
 
 
 def row(name: str, tenant: str, status: str = "running", gpus: int = 2) -> dict[str, object]:
