@@ -456,7 +456,7 @@ def ls(
         if answer.get("last_error"):
             console.print(f"last error:\n{answer['last_error']}", soft_wrap=True)
         return
-    tenants = {row["tenant"] for row in answer} | {t["name"] for t in (usage or {}).get("tenants", [])}
+    tenants = {row.get("tenant", "default") for row in answer} | {t["name"] for t in (usage or {}).get("tenants", [])}
     table, width = job_table(answer, console.width, tenant_column=len(tenants) > 1)
     (console if width <= console.width else plain_console(width=width)).print(table)
     for line in tenant_lines(usage or {}):
