@@ -239,6 +239,7 @@ class Polisher:
         keep = rank < NODE_TRIES
         return all_cand[keep], all_node[keep], all_estimate[keep], rank[keep]
 
+    @np.errstate(invalid="ignore")  # -inf - -inf: a job holding more than its bound (the quota layer cut it), masked
     def _growers(self, layout: Layout) -> list[int]:
         """The running jobs that gain most per GPU from a few more GPUs across nodes, best first."""
         table, top, have = layout.values.table, layout.values.max_gpus, layout.gpus

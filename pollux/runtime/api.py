@@ -148,8 +148,9 @@ def list_jobs(request: Request) -> Response:
 
 
 async def submit_job(request: Request) -> Response:
-    """Submit a job: {"spec": TOML text, "source": file name, "base": folder}; answers the new job's row (201).
-    A tenant's token submits for its own tenant (a spec naming none gets it; one naming another is refused)."""
+    """Submit a job: {"spec": TOML text, "source": file name, "base": folder, "tenant": optional, overrides the
+    spec's}; answers the new job's row (201). A tenant's token submits for its own tenant (a spec naming none gets
+    it; one naming another is refused)."""
     raw = await _body(request)
     body = json.loads(raw) if raw else None
     if not isinstance(body, dict) or not isinstance(body.get("spec"), str):
@@ -160,8 +161,11 @@ async def submit_job(request: Request) -> Response:
 
 def _submit(service: Service, principal: Principal, body: dict[str, Any]) -> dict[str, Any]:
     now = service.clock()
-    spec = loads_spec(body["spec"], str(body.get("source") or "<spec>"), Path(body.get("base") or Path.cwd()))
-    tenant = access.submitted_tenant(principal, tomllib.loads(body["spec"]).get("tenant"))  # read: it parsed
+    named = body.get("tenant")
+    if named is not None and not isinstance(named, str):
+        raise ServiceError("'tenant' must be a string: a tenant's name")
+    spec = loads_spec(body["spec"], str(body.get("source") or "<spec>"), Path(body.get("base") or Path.cwd()), named)
+    tenant = access.submitted_tenant(principal, named or tomllib.loads(body["spec"]).get("tenant"))  # read: it parsed
     if tenant != spec.tenant:
         spec = replace(spec, tenant=tenant)
     return job_row(service, service.submit(spec), now)
@@ -203,6 +207,11 @@ def shutdown(request: Request) -> Response:
     """Stop the service (202); jobs checkpoint and resume at the next `pollux up`."""
     _api(request).service.request_shutdown()
     return _json({"ok": True}, HTTPStatus.ACCEPTED)
+
+
+def tenants(request: Request) -> Response:
+    """Every tenant's GPUs per type: held, guaranteed, and the last round's demand, entitlement and budget."""
+    return _json(views.tenant_usage(_api(request).service))
 
 
 def dashboard(request: Request) -> Response:
@@ -300,6 +309,7 @@ ROUTE_TABLE: list[BaseRoute] = [
     GuardedRoute("/v1/jobs/{name}/cancel", cancel_job, "POST", Action.CHANGE_JOB),
     GuardedRoute("/v1/jobs/{name}/remove", remove_job, "POST", Action.CHANGE_JOB),
     GuardedRoute("/v1/shutdown", shutdown, "POST", Action.SHUTDOWN),
+    GuardedRoute("/v1/tenants", tenants, "GET", Action.READ),
     GuardedRoute("/v1/dashboard", dashboard, "GET", Action.READ),
     GuardedRoute("/v1/dashboard/jobs/{name}", dashboard_job, "GET", Action.READ_JOB),
     GuardedRoute("/v1/dashboard/link", dashboard_link, "POST", Action.LOGIN_LINK),

@@ -16,6 +16,7 @@ from pollux.runtime.reports import ReportCache
 from pollux.runtime.spec import JobSpec
 from pollux.runtime.status import FINAL
 from pollux.runtime.store import JobState, StateStore
+from pollux.tenants import Tenants
 
 LOG = logging.getLogger("pollux.runtime")
 
@@ -52,6 +53,7 @@ def job_facts(
         run_time_by_type_s=dict(report.run_time_by_type_s) if report else {},
         single_gpu_throughput_by_type=dict(spec.single_gpu_throughput),
         allocated_at_s=state.updated_at if state.status == "running" else None,  # its launch: nothing else updates it
+        tenant=spec.tenant,
     )
 
 
@@ -73,6 +75,7 @@ class RuntimeBackend:
         self.round_states: tuple[float, list[JobState]] | None = (
             None  # (when, the unfinished jobs) as that round read them
         )
+        self.tenants: Tenants | None = None  # the service's, if it has a tenants file: a job of another one waits
 
     @property
     def cluster(self) -> Cluster:
@@ -83,7 +86,8 @@ class RuntimeBackend:
         return job_view(job_facts(spec, state, self.reports.report(state.name), cluster, service_gpu_s))
 
     def job_views(self, now: float) -> list[JobView]:
-        """The jobs a round may place: not cancelled, not backing off, and with a node of a type they accept."""
+        """The jobs a round may place: not cancelled, not backing off, of a tenant the service has, and with a node of
+        a type they accept."""
         cluster, views = self.cluster, []
         attained = self.store.attained_services(now)
         read_at, states = self.round_states or (None, [])
@@ -98,6 +102,9 @@ class RuntimeBackend:
                 job.reason = f"backing off; retry in {job.not_before - now:.0f} s"
                 continue
             view = self.view(state, cluster, now, attained.get(state.name, 0.0))
+            if self.tenants is not None and view.tenant not in self.tenants.names:  # dropped by a new tenants file
+                job.reason = f"tenant {view.tenant} is not in the tenants file ({', '.join(self.tenants.names)})"
+                continue
             if not any(view.may_run_on(t) for t in cluster.gpu_types):  # its types have no node (yet)
                 job.reason = f"waiting for a node of type {' or '.join(view.gpu_types or ())}"
                 continue

@@ -197,6 +197,14 @@ def up(
             callback=bounds(1),
         ),
     ] = None,
+    tenants: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="Tenants TOML: the teams and their GPU quotas per type. Kept in the state dir: a restart without "
+            "it keeps them, a new file replaces them.",
+        ),
+    ] = None,
     state_dir: StateDirOption = None,
 ) -> None:
     """Run the scheduler service in the foreground. It runs until `pollux down` (or Ctrl-C); its jobs checkpoint on
@@ -225,6 +233,7 @@ def up(
             checkpoint_interval_s=checkpoint_interval,
             lease_s=lease,
             autoscale_window_rounds=autoscale_window or WINDOW_ROUNDS,
+            tenants_file=tenants,
         )
         launcher = _launcher(
             backend, slots, ray_address, gpu_resource, stop_grace, gpu_type or [], gpu_type_resource or [], autoscale
@@ -240,7 +249,8 @@ def up(
                 autoscaler.check_available()
             service = Service(config, launcher, autoscaler=autoscaler)
             try:
-                api = ApiServer(service, write_token(directory), host, port, tls=tls)
+                names = service.tenants.names if service.tenants is not None else None
+                api = ApiServer(service, write_token(directory), host, port, tls=tls, tenant_names=names)
             except OSError as error:  # the port is taken, or the address is not this machine's
                 raise ServiceError(
                     f"cannot listen on {listen} ({error.strerror}); pick another port in --listen (0: any free one) "
@@ -252,9 +262,10 @@ def up(
         api.start()
         cluster = service.capacity()
         scaling = " up to" if autoscaler is not None else ""
+        teams = f"; tenants {', '.join(service.tenants.names)}" if service.tenants is not None else ""
         plain_console(stderr=True).print(
-            f"Pollux scheduler at {api.url}: policy {policy}, {backend.value} backend,{scaling} {_nodes(cluster)}; "
-            f"state in {directory}",
+            f"Pollux scheduler at {api.url}: policy {policy}, {backend.value} backend,{scaling} {_nodes(cluster)}"
+            f"{teams}; state in {directory}",
             soft_wrap=True,
         )
         plain_console(stderr=True).print(
@@ -357,6 +368,9 @@ def submit(
     specs: Annotated[
         list[Path], typer.Argument(help="TOML job specs, or folders of them (every *.toml in one, sorted).")
     ],
+    tenant: Annotated[
+        str | None, typer.Option(metavar="NAME", help="The tenant the jobs belong to (overrides their specs').")
+    ] = None,
     state_dir: StateDirOption = None,
 ) -> None:
     """Submit jobs, one per spec file.
@@ -370,7 +384,7 @@ def submit(
         try:
             if path.is_dir():
                 raise PolluxError("no *.toml spec in this folder")
-            row = client.submit(path)
+            row = client.submit(path, tenant)
         except SchedulerDownError:
             raise
         except PolluxError as error:
@@ -399,14 +413,15 @@ def _one_by_one(items: Sequence[T], act: Callable[[T], str]) -> None:
         raise typer.Exit(2)
 
 
-def _listing(directory: Path, job: str | None) -> Any:
-    """The service's answer to `ls` (one job's detail, or every row); with no service, the same read from the state
-    database, and a note on stderr that the scheduler is not running."""
+def _listing(directory: Path, job: str | None) -> tuple[Any, dict[str, Any] | None]:
+    """The service's answer to `ls` (one job's detail, or every row, with the tenants' use of their quotas); with no
+    service, the same read from the state database (no quotas: only a round knows them), and a note on stderr that
+    the scheduler is not running."""
     from pollux.runtime.client import Client
 
     try:
         client = Client(directory)
-        return client.jobs() if job is None else client.job(job)
+        return (client.jobs(), client.tenants()) if job is None else (client.job(job), None)
     except SchedulerDownError as error:
         database = directory / "state.db"
         if not database.is_file():
@@ -416,7 +431,7 @@ def _listing(directory: Path, job: str | None) -> Any:
         plain_console(stderr=True).print(
             f"note: the scheduler is not running ({error}); showing the jobs as stored in {database}", soft_wrap=True
         )
-        return stored_jobs(database, time.time()) if job is None else stored_job(database, job, time.time())
+        return (stored_jobs(database, time.time()) if job is None else stored_job(database, job, time.time())), None
 
 
 def _statuses(option: str) -> set[str]:
@@ -450,12 +465,12 @@ def ls(
     Each line: status, GPUs and placement, batch size, epoch, goodput, restarts, age and a note cut to the line (one
     job's whole note and history with its name). Works while the scheduler is down too: the jobs are then read from
     its database."""
-    from pollux.runtime.listing import history_table, job_table
+    from pollux.runtime.listing import history_table, job_table, tenant_lines
 
     if status is not None and job is not None:
         raise PolluxError("--status filters the list of jobs; drop it to show one job by name")
     wanted = _statuses(status) if status is not None else None
-    answer = _listing(state_dir_of(state_dir), job)
+    answer, usage = _listing(state_dir_of(state_dir), job)
     if wanted is not None:
         answer = [row for row in answer if row["status"] in wanted]
     if as_json:
@@ -471,8 +486,11 @@ def ls(
         if answer.get("last_error"):
             console.print(f"last error:\n{answer['last_error']}", soft_wrap=True)
         return
-    table, width = job_table(answer, console.width)
+    tenants = {row.get("tenant", "default") for row in answer} | {t["name"] for t in (usage or {}).get("tenants", [])}
+    table, width = job_table(answer, console.width, tenant_column=len(tenants) > 1)
     (console if width <= console.width else plain_console(width=width)).print(table)
+    for line in tenant_lines(usage or {}):
+        console.print(line, soft_wrap=True)
 
 
 @contextlib.contextmanager
@@ -603,9 +621,12 @@ EXAMPLES: dict[Callable[..., None], str] = {
         "pollux up",
         "pollux up --slots 4 --policy pollux",
         "pollux up --backend ray --ray-address auto",
+        "pollux up --tenants tenants.toml",
         "pollux up --listen 0.0.0.0:8443 --tls-cert cert.pem --tls-key key.pem",
     ),
-    submit: examples("pollux submit job.toml", "pollux submit a.toml b.toml jobs/"),
+    submit: examples(
+        "pollux submit job.toml", "pollux submit a.toml b.toml jobs/", "pollux submit --tenant vision job.toml"
+    ),
     ls: examples("pollux ls", "pollux ls digits", "pollux ls --status running,pending", "pollux ls --json"),
     logs: examples("pollux logs digits", "pollux logs digits --follow"),
     cancel: examples("pollux cancel digits"),

@@ -159,13 +159,14 @@ class Client:
     def health(self) -> dict[str, Any]:
         return self.request("GET", "/v1/health")
 
-    def submit(self, spec_path: Path) -> dict[str, Any]:
+    def submit(self, spec_path: Path, tenant: str | None = None) -> dict[str, Any]:
+        """Submit the spec file; a `tenant` given overrides the spec's."""
         try:
             text = spec_path.read_text(encoding="utf-8")
         except (FileNotFoundError, UnicodeDecodeError) as error:
             raise ServiceError(f"{spec_path}: cannot read the spec ({error})") from None
         body = {"spec": text, "source": str(spec_path), "base": str(spec_path.resolve().parent)}
-        return self.request("POST", "/v1/jobs", body)
+        return self.request("POST", "/v1/jobs", body if tenant is None else {**body, "tenant": tenant})
 
     def jobs(self) -> list[dict[str, Any]]:
         return self.request("GET", "/v1/jobs")["jobs"]
@@ -179,6 +180,10 @@ class Client:
         query = urlencode({"cursor": cursor, "partial": int(partial)})
         reply = self.request("GET", f"/v1/jobs/{name}/logs?{query}")
         return reply["text"], reply["cursor"]
+
+    def tenants(self) -> dict[str, Any]:
+        """Every tenant's GPUs per type (`pollux.runtime.views.tenant_usage`); no tenants without a tenants file."""
+        return self.request("GET", "/v1/tenants")
 
     def cancel(self, name: str) -> dict[str, Any]:
         return self.request("POST", f"/v1/jobs/{name}/cancel")

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pollux.autoscale import WINDOW_ROUNDS
+from pollux.cluster import Cluster
 from pollux.data.philly import philly_service_samples
 from pollux.defaults import LEASE_MIN_RUN_S, RESTART_DELAY_S, ROUND_INTERVAL_S, STOP_GRACE_S
 from pollux.errors import SpecError
 from pollux.lease import Lease
 from pollux.policies.base import Policy
 from pollux.policies.registry import PolicySettings, make_policy, policy_class
-from pollux.runtime.spec import JobSpec
+from pollux.runtime.spec import NAME_PATTERN, JobSpec
+from pollux.tenants import Tenants, parse_tenants, read_tenants
+
+TENANTS_RECORD = "tenants.json"  # in the state dir: the tenants of the last `pollux up --tenants FILE` on it
 
 
 @dataclass(frozen=True)
@@ -31,6 +38,7 @@ class ServiceConfig:
     autoscale_window_rounds: int = WINDOW_ROUNDS  # rounds of utility averaged before a resize (pollux.autoscale)
     lease_s: float | None = LEASE_MIN_RUN_S  # a job started or moved trains this long after its restore before it
     # may be moved again (`pollux.lease`); None: the paper's Pollux
+    tenants_file: Path | None = None  # `--tenants FILE`: the teams and their GPU quotas (`service_tenants`)
 
     @property
     def lease(self) -> Lease | None:
@@ -39,6 +47,10 @@ class ServiceConfig:
     @property
     def database(self) -> Path:
         return self.state_dir / "state.db"
+
+    @property
+    def tenants_record(self) -> Path:
+        return self.state_dir / TENANTS_RECORD
 
     def job_dir(self, name: str) -> Path:
         return self.state_dir / "jobs" / name
@@ -70,3 +82,56 @@ def make_runtime_policy(name: str, restart_delay_s: float = float(RESTART_DELAY_
         )
     settings = PolicySettings(restart_delay_s=restart_delay_s, discount_starts=False)
     return make_policy(name, settings, {"gittins_service_samples": philly_service_samples})
+
+
+def service_tenants(config: ServiceConfig, cluster: Cluster) -> Tenants | None:
+    """The service's tenants, checked against `cluster` (the most it can offer). A `--tenants FILE` given wins: it is
+    read and recorded in the state dir, replacing what was recorded, so a restarted service (even after kill -9)
+    keeps the same tenants without being told again; else the recorded tenants; else None (no tenants file ever:
+    one tenant owning everything, and no quota layer)."""
+    record = config.tenants_record
+    if config.tenants_file is not None:
+        tenants = read_tenants(config.tenants_file, cluster)
+        _check_names(tenants, str(config.tenants_file))
+        data = {"source": str(config.tenants_file.resolve()), "tenants": tenants_data(tenants)}
+        tmp = record.with_name(f".{record.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
+        tmp.replace(record)  # atomic: a restart reads the old record or the new one, never half of one
+        return tenants
+    try:
+        data = json.loads(record.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise SpecError(f"{record}: unreadable ({error}); give `pollux up --tenants FILE` again") from None
+    where = f"tenants recorded in {record} (from {data.get('source')}; `pollux up --tenants FILE` replaces them)"
+    tenants = parse_tenants(data.get("tenants") or {}, cluster, where=where)
+    _check_names(tenants, where)
+    return tenants
+
+
+def tenants_data(tenants: Tenants) -> dict[str, Any]:
+    """`tenants` as the tables of a tenants file (`parse_tenants` reads them back to the same `Tenants`)."""
+    return {
+        "usage_half_life_h": tenants.usage_half_life_s / 3600,
+        "tenant": [
+            {
+                "name": t.name,
+                "weight": t.weight,
+                "guaranteed": dict(t.guaranteed),
+                "max": dict(t.max_gpus),
+                "borrow": t.borrow,
+            }
+            for t in tenants.tenants
+        ],
+    }
+
+
+def _check_names(tenants: Tenants, where: str) -> None:
+    """A tenant a job spec cannot name (its `tenant` field is a name like a job's) could never have a job."""
+    for name in tenants.names:
+        if not NAME_PATTERN.match(name):
+            raise SpecError(
+                f"{where}: tenant {name!r}: a runtime tenant's name is lowercase letters, digits and '-' (1-63 "
+                "characters), as a job spec's tenant field; rename it"
+            )

@@ -77,14 +77,17 @@ _COLUMNS = (
     _Column("age", lambda row: age(row["age_s"])),
 )
 _DROPPED_FIRST = ("placement", "type", "epoch", "batch", "age")
+_TENANT = _Column("tenant", lambda row: str(row.get("tenant") or "-"), right=False)  # where there are several
 
 
-def job_table(rows: list[dict[str, Any]], width: int) -> tuple[Table, int]:
-    """The jobs' table and the width it takes: `width`, unless the columns that are never cut need more."""
-    cells = {c.header: [c.cell(row) for row in rows] for c in _COLUMNS}
+def job_table(rows: list[dict[str, Any]], width: int, tenant_column: bool = False) -> tuple[Table, int]:
+    """The jobs' table and the width it takes: `width`, unless the columns that are never cut need more. With
+    `tenant_column` (a cluster of several tenants), each job's tenant after its name."""
+    columns = [_COLUMNS[0], _TENANT, *_COLUMNS[1:]] if tenant_column else list(_COLUMNS)
+    cells = {c.header: [c.cell(row) for row in rows] for c in columns}
     notes = [" ".join(note(row).split()) for row in rows]  # one line, whatever the error's layout
     widths = {h: max([cell_len(h), *map(cell_len, column)]) for h, column in cells.items()}
-    shown = list(_COLUMNS)
+    shown = columns
     has_note = any(notes)
 
     def used() -> int:
@@ -105,6 +108,25 @@ def job_table(rows: list[dict[str, Any]], width: int) -> tuple[Table, int]:
     for i, text in enumerate(notes):
         table.add_row(*(Text(cells[c.header][i]) for c in shown), *([Text(text)] if with_note else []))
     return table, max(width, used())
+
+
+def tenant_lines(usage: dict[str, Any]) -> list[str]:
+    """One line per tenant (`GET /v1/tenants`): per GPU type it holds, is guaranteed or has a budget on, the GPUs it
+    holds against this round's budget and its guarantee, e.g. `tenant vision: a100 6 held / budget 6 / guaranteed
+    4; 2 running, 1 pending`. None without a tenants file."""
+    rows = usage.get("tenants") or []
+    width = max((cell_len(t["name"]) for t in rows), default=0)
+    lines = []
+    for tenant in rows:
+        quotas = [
+            f"{gpu_type} {q['held']} held / budget {q['budget']} / guaranteed {q['guaranteed']}"
+            for gpu_type, q in tenant["types"].items()
+            if q["held"] or q["budget"] or q["guaranteed"]
+        ]
+        jobs = f"{tenant['jobs_running']} running, {tenant['jobs_pending']} pending"
+        name = tenant["name"] + ":" + " " * (width - cell_len(tenant["name"]))
+        lines.append(f"tenant {name} {'; '.join(quotas) or 'no GPUs'}; {jobs}")
+    return lines
 
 
 def history_table(detail: dict[str, Any]) -> Table:

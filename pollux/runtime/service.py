@@ -34,8 +34,9 @@ from pollux.agent.report import JobReport
 from pollux.cluster import Allocation, Cluster, num_gpus
 from pollux.engine import Decision, Scheduler
 from pollux.errors import ServiceError, SpecError
+from pollux.quota import QuotaLayer, RoundQuota
 from pollux.runtime.backend import RuntimeBackend
-from pollux.runtime.config import ServiceConfig, make_runtime_policy
+from pollux.runtime.config import ServiceConfig, make_runtime_policy, service_tenants
 from pollux.runtime.launcher import Launcher
 from pollux.runtime.lifecycle import JobLifecycle
 from pollux.runtime.removal import remove_job
@@ -43,6 +44,7 @@ from pollux.runtime.reports import ReportCache
 from pollux.runtime.spec import JobSpec, check_gpu_types
 from pollux.runtime.status import JobEvent, JobStatus
 from pollux.runtime.store import JobState, RoundRecord, StateStore
+from pollux.tenants import DEFAULT_TENANT
 
 if TYPE_CHECKING:
     from pollux.runtime.autoscale import RayAutoscaler
@@ -87,12 +89,17 @@ class Service:
         self.clock = clock
         self.policy = make_runtime_policy(config.policy, config.restart_delay_s)  # a bad name fails before any file
         config.state_dir.mkdir(parents=True, exist_ok=True)
+        # checked against the most the cluster can offer (`capacity`), before the store opens
+        self.tenants = service_tenants(config, autoscaler.largest if autoscaler is not None else launcher.cluster)
         self.store = StateStore(config.database)
         self.reports = ReportCache(config, self.store)
         self.lifecycle = JobLifecycle(config, self.store, launcher, self.reports, clock, self._wake)
         self.backend = RuntimeBackend(self.store, self.lifecycle, self.reports, lambda: self.launcher.cluster)
-        self.scheduler = Scheduler(self.policy, self.backend, config.lease)
         self.pool = self._pool(autoscaler) if autoscaler is not None else None
+        self.backend.tenants = self.tenants
+        quota = QuotaLayer(self.tenants) if self.tenants is not None else None
+        self.scheduler = Scheduler(self.policy, self.backend, config.lease, quota)
+        self.last_quota: RoundQuota | None = None  # the last round's quota picture (`pollux ls`, the dashboard)
         self._requests = _Requests()
         self._cond = threading.Condition()
         self._stopped = threading.Event()
@@ -112,7 +119,7 @@ class Service:
     # -- API side (any thread) --------------------------------------------------------------------------------
     def submit(self, spec: JobSpec) -> JobState:
         """Record a new job; the next round (started now) considers it. A job the cluster can never run (more GPUs
-        than it has, GPU types it lacks) is refused here, naming what the cluster has."""
+        than it has, GPU types it lacks, a tenant it does not have) is refused here, naming what the cluster has."""
         capacity = self.capacity()
         if spec.min_gpus > capacity.num_gpus:
             raise SpecError(
@@ -120,6 +127,13 @@ class Service:
                 "GPUs of this cluster; lower min_gpus"
             )
         check_gpu_types(spec, capacity.gpu_types, {t: capacity.gpus_of_type(t) for t in capacity.gpu_types})
+        if self.tenants is not None:
+            self.tenants.check_job(spec.name, spec.tenant)
+        elif spec.tenant != DEFAULT_TENANT:
+            raise SpecError(
+                f"job {spec.name}: unknown tenant {spec.tenant!r}; tenants: {DEFAULT_TENANT} (this scheduler has no "
+                "tenants file: drop the field, or start it with `pollux up --tenants FILE`)"
+            )
         state = self.store.add_job(spec, self.clock())
         self._wake()
         return state
@@ -248,6 +262,7 @@ class Service:
             return None
         result = self.scheduler.step(now)
         self.rounds += 1
+        self.last_quota = result.quota
         views = self.backend.last_views
         held = {view.name: view.allocation for view in views}
         if result.decisions:

@@ -16,7 +16,7 @@ A spec is a TOML file (stdlib `tomllib`), read into the pydantic model `JobSpec`
     gpu_types = ["a100", "rtx"]               # optional: the GPU types it may run on (default: any)
     single_gpu_throughput = {a100 = 900.0, rtx = 300.0}   # optional: examples/s on one GPU of each type (profile)
     local_bsz_bounds_by_type = {rtx = [32, 128]}           # optional: per-GPU batch bounds where memory differs
-    tenant = "vision"                         # optional: the team it belongs to (default: "default")
+    tenant = "vision"                         # optional: the team it belongs to (`pollux up --tenants`); "default"
 
 `pollux spec schema` prints the JSON Schema of this form (`json_schema()`), for editors to complete and check a spec.
 The GPU types are checked against the cluster's when the service accepts the job (`check_gpu_types`): an unknown
@@ -173,7 +173,7 @@ class JobSpec:
     local_bsz_bounds_by_type: dict[TypeName, Bounds] = Field(default_factory=dict)
     """[min, max] per-GPU batch on the types whose memory differs from local_bsz_bounds."""
     tenant: Name = DEFAULT_TENANT
-    """The team it belongs to (a tenant of the service's tenants file); a tenant's token submits its own."""
+    """The team it belongs to, one the service's tenants file names (`pollux up --tenants`); default: "default"."""
 
     @model_validator(mode="after")
     def _types_it_may_run_on(self, info: ValidationInfo) -> JobSpec:
@@ -315,10 +315,11 @@ def load_spec(path: str | Path) -> JobSpec:
     return loads_spec(text, str(path), path.resolve().parent)
 
 
-def loads_spec(text: str, source: str = "<spec>", base: Path | None = None) -> JobSpec:
-    """Validate a spec given as TOML text (what `pollux submit` sends to the service)."""
+def loads_spec(text: str, source: str = "<spec>", base: Path | None = None, tenant: str | None = None) -> JobSpec:
+    """Validate a spec given as TOML text (what `pollux submit` sends to the service); a `tenant` given
+    (`pollux submit --tenant`) overrides the spec's."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise SpecError(f"{source}: not valid TOML ({error})") from None
-    return parse_spec(data, source, base)
+    return parse_spec(data if tenant is None else {**data, "tenant": tenant}, source, base)

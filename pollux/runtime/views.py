@@ -8,12 +8,14 @@ A dashboard poll does no more than one query per table and the job rows, so it s
 from __future__ import annotations
 
 import os
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from pollux.cluster import placement
 from pollux.runtime import joblog
 from pollux.runtime.reports import report_metrics
 from pollux.runtime.store import JobState
+from pollux.tenants import DEFAULT_TENANT, held_by_tenant
 
 if TYPE_CHECKING:
     from pollux.runtime.service import Service  # typing only: the offline `pollux ls` needs no scheduler
@@ -30,6 +32,7 @@ def job_row(service: Service, state: JobState, now: float) -> dict[str, Any]:
     return {
         "name": state.name,
         "status": state.status,
+        "tenant": state.spec.get("tenant", DEFAULT_TENANT),
         "gpus": sum(state.allocation),
         "gpu_type": state.gpu_type if sum(state.allocation) else None,
         "placement": list(placement(tuple(state.allocation))),
@@ -92,17 +95,60 @@ def cluster_of(service: Service) -> dict[str, Any]:
     }
 
 
+def tenant_usage(service: Service, states: list[JobState] | None = None) -> dict[str, Any]:
+    """Every tenant's GPUs per type: held now (its running jobs), guaranteed, its cap, and the last round's demand,
+    entitlement and budget (`pollux.quota.RoundQuota`; zeros before a round with jobs); its running and pending
+    jobs; and the GPUs of each type the guarantees were checked against. Without a tenants file, no tenants.
+    `states`: the jobs, where the caller has read them already."""
+    tenants, cluster = service.tenants, service.capacity()
+    types = list(cluster.gpu_types)
+    capacity = {t: cluster.gpus_of_type(t) for t in types}
+    if tenants is None:
+        return {"tenants": [], "gpu_types": types, "capacity": capacity, "round_at": None}
+    states = service.store.jobs(include_finished=False) if states is None else states
+    active = [(s, str(s.spec.get("tenant", DEFAULT_TENANT))) for s in states if s.status in ("pending", "running")]
+    held = held_by_tenant((tenant, s.gpu_type, sum(s.allocation)) for s, tenant in active if s.status == "running")
+    counts = Counter((tenant, str(s.status)) for s, tenant in active)
+    quota = service.last_quota
+    budgets, entitled, demand = (quota.budgets, quota.entitled, quota.demand) if quota is not None else ({}, {}, {})
+    rows = [
+        {
+            "name": tenant.name,
+            "weight": tenant.weight,
+            "borrow": tenant.borrow,
+            "jobs_running": counts[tenant.name, "running"],
+            "jobs_pending": counts[tenant.name, "pending"],
+            "types": {
+                t: {
+                    "held": held.get(tenant.name, {}).get(t, 0),
+                    "guaranteed": tenant.guarantee_on(t),
+                    "max": tenant.max_gpus.get(t),
+                    "budget": budgets.get(tenant.name, {}).get(t, 0),
+                    "entitled": round(entitled.get(tenant.name, {}).get(t, 0.0), 3),
+                    "demand": demand.get(tenant.name, {}).get(t, 0.0),
+                }
+                for t in types
+            },
+        }
+        for tenant in tenants.tenants
+    ]
+    return {"tenants": rows, "gpu_types": types, "capacity": capacity, "round_at": quota.now if quota else None}
+
+
 def overview(service: Service, now: float) -> dict[str, Any]:
-    """The dashboard's main poll: the cluster, every job's row, recent rounds (utilization and decisions)."""
+    """The dashboard's main poll: the cluster, every job's row, recent rounds (utilization and decisions), and the
+    tenants' use of their quotas."""
     rounds = service.store.rounds(ROUNDS_SHOWN)
     deciding = [r for r in rounds if r.decisions][-DECISION_ROUNDS_SHOWN:]
+    states = service.store.jobs()
     return {
         "now": now,
         "policy": service.config.policy,
         "backend": service.launcher.name,
         "rounds_run": service.rounds,
         "cluster": cluster_of(service),
-        "jobs": job_rows(service, now),
+        "jobs": [job_row(service, state, now) for state in states],
+        "tenants": tenant_usage(service, states),
         "utilization": [[r.at, r.gpus_in_use, r.jobs_running, r.jobs_pending] for r in rounds],
         "decisions": [{"at": r.at, "decisions": list(r.decisions)} for r in reversed(deciding)],
     }

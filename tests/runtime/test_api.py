@@ -127,6 +127,7 @@ API_ROUTES = {
     ("POST", "/v1/jobs/{name}/cancel"),
     ("POST", "/v1/jobs/{name}/remove"),
     ("POST", "/v1/shutdown"),
+    ("GET", "/v1/tenants"),
     ("GET", "/v1/dashboard"),
     ("GET", "/v1/dashboard/jobs/{name}"),
     ("POST", "/v1/dashboard/link"),

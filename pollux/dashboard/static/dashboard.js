@@ -95,6 +95,46 @@
     node.onmouseleave = () => $("cluster").classList.remove("focus");
   }
 
+  // -- tenants: every tenant's GPUs per type against its guarantee (a row each: readable at 20 tenants) -----------
+  function quotaCell(q, capacity) {
+    const td = make("td");
+    const bar = make("span", null, "quota");
+    const part = (cls, from, to) => {
+      const node = make("span", null, cls);
+      node.style.left = `${(100 * from) / capacity}%`;
+      node.style.width = `${(100 * Math.max(to - from, 0)) / capacity}%`;
+      return node;
+    };
+    bar.append(part("own", 0, Math.min(q.held, q.guaranteed)), part("borrowed", q.guaranteed, q.held));
+    const tick = make("span", null, "tick");
+    tick.style.left = `calc(${(100 * q.guaranteed) / capacity}% - 1px)`;
+    bar.appendChild(tick);
+    bar.title = `held ${q.held}, guaranteed ${q.guaranteed}, budget ${q.budget}, entitled ${q.entitled}, demand ${q.demand}`;
+    td.append(bar, `${q.held} / ${q.guaranteed} · budget ${q.budget}`);
+    return td;
+  }
+
+  function drawTenants(data) {
+    const usage = data.tenants || { tenants: [] };
+    $("tenants-card").hidden = !usage.tenants.length;
+    if (!usage.tenants.length) return;
+    const types = usage.gpu_types;
+    const head = make("tr");
+    head.append(make("th", "tenant"), make("th", "jobs running · pending", "num"));
+    for (const type of types) head.appendChild(make("th", `${type}: held / guaranteed · budget`));
+    const rows = usage.tenants.map((tenant) => {
+      const tr = make("tr");
+      tr.dataset.tenant = tenant.name;
+      tr.append(make("td", tenant.name), make("td", `${tenant.jobs_running} · ${tenant.jobs_pending}`, "num"));
+      for (const type of types) tr.appendChild(quotaCell(tenant.types[type], Math.max(usage.capacity[type], 1)));
+      return tr;
+    });
+    $("tenants-head").replaceChildren(head);
+    $("tenants-body").replaceChildren(...rows);
+    const borrowing = usage.tenants.filter((t) => types.some((type) => t.types[type].held > t.types[type].guaranteed));
+    $("tenants-summary").textContent = `${usage.tenants.length} tenant(s), ${borrowing.length} borrowing`;
+  }
+
   // -- jobs table ------------------------------------------------------------------------------------------------
   const COLUMNS = [
     ["name", "job"], ["status", "status"], ["gpus", "GPUs", true], ["placement", "placement"],
@@ -307,7 +347,7 @@
     window.setTimeout(refresh, POLL_MS);
   }
 
-  window.addEventListener("hashchange", () => { route(); if (state.data && state.job === null) { drawCluster(state.data); drawJobs(state.data); drawScheduler(state.data); } else if (state.job) drawJob(state.job).catch(() => {}); });
+  window.addEventListener("hashchange", () => { route(); if (state.data && state.job === null) { drawCluster(state.data); drawTenants(state.data); drawJobs(state.data); drawScheduler(state.data); } else if (state.job) drawJob(state.job).catch(() => {}); });
   $("back").onclick = () => { window.location.hash = ""; };
   route();
   refresh();
