@@ -37,7 +37,11 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
     servers: list[tuple[ApiServer, Service]] = []
 
     def start(tenant_names: tuple[str, ...] | None = None) -> tuple[Client, dict[str, str]]:
-        config = ServiceConfig(state_dir=tmp_path / "state", policy="fifo", interval_s=0.5, tick_s=0.05)
+        teams = tmp_path / "tenants.toml"
+        teams.write_text("".join(f'[[tenant]]\nname = "{name}"\n' for name in ("default", "vision", "audio")))
+        config = ServiceConfig(
+            state_dir=tmp_path / "state", policy="fifo", interval_s=0.5, tick_s=0.05, tenants_file=teams
+        )
         service = Service(config, LocalLauncher(2, stop_grace_s=5.0))
         server = ApiServer(service, write_token(config.state_dir), tenant_names=tenant_names)
         servers.append((server, service))
