@@ -114,7 +114,7 @@ def tenant_counts(jobs: Iterable[JobState]) -> dict[str, dict[str, Any]]:
 def overview_for(principal: Principal, overview: dict[str, Any], jobs: Iterable[JobState]) -> dict[str, Any]:
     """The dashboard's overview (`pollux.runtime.views.overview`) as a tenant sees it: its own jobs and the rounds'
     decisions about them; of the others, the GPUs they hold per node (`held_by_others`, no names) and every tenant's
-    counts (`tenants`)."""
+    counts (`tenant_counts`); every tenant's usage against its quota (`tenants`) as the admin sees it."""
     jobs = list(jobs)
     mine = {job.name for job in visible(principal, jobs)}
     held_by_others = [0] * len(overview["cluster"]["nodes"])
@@ -132,6 +132,6 @@ def overview_for(principal: Principal, overview: dict[str, Any], jobs: Iterable[
         "jobs": [row for row in overview["jobs"] if row["name"] in mine],
         "decisions": decisions,
         "tenant": principal.tenant,
-        "tenants": tenant_counts(jobs),
+        "tenant_counts": tenant_counts(jobs),
         "held_by_others": held_by_others,
     }

@@ -28,6 +28,7 @@ from pollux.runtime.listing import job_table, tenant_lines
 from pollux.runtime.service import Service, ServiceConfig
 from pollux.runtime.spec import json_schema, load_spec, parse_spec
 from pollux.runtime.store import StateStore
+from pollux.runtime.tokens import token_digest
 
 TWO_TEAMS = """
 [[tenant]]
@@ -240,10 +241,11 @@ def test_the_dashboard_shows_twenty_tenants_usage_against_their_guarantees(
     submit(service, counter_job.parent, "one", "t01", max_gpus=1)
     service.step()
     assert held(service) == {"wide": 4, "one": 1}
-    server = ApiServer(service, write_token(service.config.state_dir))
+    token = write_token(service.config.state_dir)
+    server = ApiServer(service, token)
     server.start()
     try:
-        browser.open(f"{server.url}/ui/login?code={server.sessions.new_code()}")
+        browser.open(f"{server.url}/ui/login?code={server.sessions.new_code(token_digest(token))}")
         browser.wait_for("document.querySelectorAll('#tenants-body tr').length === 20", what="20 tenant rows")
         row = "document.querySelector('#tenants-body tr[data-tenant=\"{}\"]').textContent"
         assert browser.evaluate(row.format("t00")) == "t001 · 04 / 1 · budget 4"

@@ -196,7 +196,7 @@ def test_a_tenants_dashboard_session_sees_its_own_jobs_and_the_others_gpus_as_co
     assert status == 200 and overview["tenant"] == "vision"
     assert [row["name"] for row in overview["jobs"]] == ["v1"]
     assert overview["held_by_others"] == [1]  # one node of two slots
-    assert overview["tenants"]["audio"]["gpus"] == 1 and overview["tenants"]["audio"]["running"] == 1
+    assert overview["tenant_counts"]["audio"]["gpus"] == 1 and overview["tenant_counts"]["audio"]["running"] == 1
     assert "a1" not in json.dumps(overview)
     assert call(admin, "GET", "/v1/dashboard/jobs/a1", None, cookie)[0] == 403
     assert call(admin, "GET", "/v1/dashboard/jobs/v1", None, cookie)[0] == 200

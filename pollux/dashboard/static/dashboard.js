@@ -236,18 +236,19 @@
     drawFilter(data);
   }
 
-  // -- tenants (a tenant's session): every tenant's unfinished jobs and GPUs held, as counts -----------------------
-  function drawTenants(data) {
-    $("tenants-card").hidden = !data.tenants;
-    if (!data.tenants) return;
-    const rows = Object.entries(data.tenants).map(([name, t]) => {
+  // -- tenants (a tenant's session without a tenants file): every tenant's unfinished jobs and GPUs held, as counts --
+  function drawTenantCounts(data) {
+    const shown = data.tenant_counts && !(data.tenants && data.tenants.tenants.length);
+    $("tenant-counts-card").hidden = !shown;
+    if (!shown) return;
+    const rows = Object.entries(data.tenant_counts).map(([name, t]) => {
       const row = make("tr", null, name === data.tenant ? "own" : "");
       const types = Object.entries(t.gpus_by_type).map(([type, n]) => `${n} ${type}`).join(", ");
       row.append(make("td", name), make("td", t.running, "num"), make("td", t.pending, "num"),
         make("td", t.gpus, "num"), make("td", types || "–"));
       return row;
     });
-    $("tenants").replaceChildren(...rows);
+    $("tenant-counts").replaceChildren(...rows);
   }
 
   // -- scheduler view -------------------------------------------------------------------------------------------
@@ -334,6 +335,7 @@
       if (state.job === null) {
         drawCluster(data);
         drawTenants(data);
+        drawTenantCounts(data);
         drawJobs(data);
         drawScheduler(data);
       } else {
@@ -347,7 +349,7 @@
     window.setTimeout(refresh, POLL_MS);
   }
 
-  window.addEventListener("hashchange", () => { route(); if (state.data && state.job === null) { drawCluster(state.data); drawTenants(state.data); drawJobs(state.data); drawScheduler(state.data); } else if (state.job) drawJob(state.job).catch(() => {}); });
+  window.addEventListener("hashchange", () => { route(); if (state.data && state.job === null) { drawCluster(state.data); drawTenants(state.data); drawTenantCounts(state.data); drawJobs(state.data); drawScheduler(state.data); } else if (state.job) drawJob(state.job).catch(() => {}); });
   $("back").onclick = () => { window.location.hash = ""; };
   route();
   refresh();
