@@ -82,6 +82,8 @@ PARTS = {
     "pollux.goodput.log:ThroughputLog.record": "after-step bookkeeping",
     "pollux.agent.context:AgentContext.decide_batch": "batch decision (+ broadcast)",
     "pollux.agent.context:AgentContext.refit_throughput": "throughput refit",
+    "pollux.agent.context:AgentContext.start_refit": "throughput refit",
+    "pollux.agent.context:AgentContext.collect_refit": "throughput refit",
     "pollux.agent.context:AgentContext.write_report": "report writing",
     "torch.nn.parallel:DistributedDataParallel.forward": NOT_AGENT,
     "torch.optim.sgd:SGD.step": NOT_AGENT,
