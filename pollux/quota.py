@@ -15,7 +15,7 @@ and whole-GPU budgets (`pollux.tenants`). Then:
   ever). So what the first pass of admission leaves unused is lent, as Kueue's cohorts lend unused quota: fixed-size
   jobs of tenants that may borrow, running ones first, then the waiting ones strictly by submission (the first that
   does not fit stops the lending, so a large job is not starved by smaller later ones), and their tenants' budgets
-  grow by what they borrowed this round;
+  grow to what they use this round;
 - a job of a tenant holding more than its budget on a type (GPUs it borrowed that their owner now needs) loses its
   lease (`reclaimable`), and `enforce` takes the excess back: from elastic jobs by shrinking the largest first (each
   keeps at least one GPU, and its minimum), preempting only where nothing can shrink; from fixed-size jobs by
@@ -128,8 +128,8 @@ class QuotaLayer:
         plan: RoundQuota,
         cluster: Cluster,
     ) -> RoundQuota:
-        """Admit waiting fixed-size jobs on the GPUs the budgets' admission left unused (module docstring), adding
-        what each borrows to its tenant's budget in the plan returned."""
+        """Admit waiting fixed-size jobs on the GPUs the budgets' admission left unused (module docstring); in the
+        plan returned, a tenant that borrowed has a budget of what its admitted jobs use on the type."""
         spare = {t: cluster.gpus_of_type(t) for t in cluster.gpu_types}
         used: dict[str, dict[str, int]] = {}
         for name, per_type in plan.budgets.items():
@@ -161,9 +161,10 @@ class QuotaLayer:
                 continue
             gpu_type = fits[0]
             spare[gpu_type] -= job.requested_gpus
-            used.setdefault(job.tenant, {})[gpu_type] = used.get(job.tenant, {}).get(gpu_type, 0) + job.requested_gpus
+            using = used.setdefault(job.tenant, {})
+            using[gpu_type] = using.get(gpu_type, 0) + job.requested_gpus
             per_type = grown.setdefault(job.tenant, {})
-            per_type[gpu_type] = per_type.get(gpu_type, 0) + job.requested_gpus
+            per_type[gpu_type] = max(per_type.get(gpu_type, 0), using[gpu_type])
             admitted.append(job)
             del reasons[job.name]
         return replace(plan, budgets=grown) if grown != plan.budgets else plan
