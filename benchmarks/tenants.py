@@ -27,7 +27,7 @@ import time
 import tomllib
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from functools import cache
 
 import numpy as np
@@ -107,7 +107,7 @@ def models_for(cluster: str) -> dict:
 
 def run_one(run: Run) -> Outcome:
     chosen = tenant_workload(run.scenario, run.seed, run.cluster)
-    rows = [replace(job, tenant=chosen.tenant_of[job.name]) for job in chosen.workload.jobs]
+    rows = list(chosen.workload.jobs)
     cluster = CLUSTERS[run.cluster]
     if run.only is not None:
         rows = [job for job in rows if chosen.tenant_of[job.name] == run.only]

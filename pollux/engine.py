@@ -105,7 +105,7 @@ class Scheduler:
             if self.policy.tenant_aware:
                 result = self.policy.optimize_within(jobs, cluster, now, plan.budgets)
             else:
-                admitted, waits = self.quota.admit(jobs, plan, cluster, sizes_jobs)
+                admitted, waits, plan = self.quota.admit(jobs, plan, cluster, sizes_jobs)
                 result = self.policy.optimize(admitted, cluster, now) if admitted else PolicyResult({})
         names = {job.name for job in jobs}
         allocations = {name: alloc for name, alloc in result.allocations.items() if name in names and any(alloc)}

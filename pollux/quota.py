@@ -10,6 +10,12 @@ and whole-GPU budgets (`pollux.tenants`). Then:
 - any other policy sees only the jobs admitted under their tenant's budget (`admit`: a fixed-size job when its
   request fits what its tenant has left, in the tenant's order: running jobs first, then by submission; an elastic
   job with its GPU bound cut to its tenant's budget), and its allocations are held to the budgets (`enforce`);
+- budgets are fractions of GPUs rounded, not sizes of jobs: a tenant whose next fixed-size job asks for more than
+  its budget has left would wait while its GPUs idle (and when every tenant is so placed, the cluster idles for
+  ever). So what the first pass of admission leaves unused is lent, as Kueue's cohorts lend unused quota: fixed-size
+  jobs of tenants that may borrow, running ones first, then the waiting ones strictly by submission (the first that
+  does not fit stops the lending, so a large job is not starved by smaller later ones), and their tenants' budgets
+  grow to what they use this round;
 - a job of a tenant holding more than its budget on a type (GPUs it borrowed that their owner now needs) loses its
   lease (`reclaimable`), and `enforce` takes the excess back: from elastic jobs by shrinking the largest first (each
   keeps at least one GPU, and its minimum), preempting only where nothing can shrink; from fixed-size jobs by
@@ -83,8 +89,9 @@ class QuotaLayer:
     # -- in front of a tenant-unaware policy ---------------------------------------------------------------------
     def admit(
         self, jobs: Sequence[JobView], plan: RoundQuota, cluster: Cluster, sizes_jobs: bool
-    ) -> tuple[list[JobView], dict[str, str]]:
-        """The jobs a tenant-unaware policy may consider this round, and why each other job waits."""
+    ) -> tuple[list[JobView], dict[str, str], RoundQuota]:
+        """The jobs a tenant-unaware policy may consider this round, why each other job waits, and the plan with
+        the budgets grown by what fixed-size jobs borrowed of the GPUs admission left unused."""
         admitted: list[JobView] = []
         reasons: dict[str, str] = {}
         left = {name: dict(plan.budgets.get(name, {})) for name in self.tenants.names}
@@ -107,8 +114,60 @@ class QuotaLayer:
                     continue
             budget = sum(plan.budget(job.tenant, t) for t in types)
             reasons[job.name] = f"waiting: tenant {job.tenant} is at its quota ({budget} GPUs this round)"
+        if not sizes_jobs:
+            plan = self._lend_unused(jobs, admitted, reasons, left, plan, cluster)
         by_name = {j.name: j for j in admitted}
-        return [by_name[j.name] for j in jobs if j.name in by_name], reasons
+        return [by_name[j.name] for j in jobs if j.name in by_name], reasons, plan
+
+    def _lend_unused(
+        self,
+        jobs: Sequence[JobView],
+        admitted: list[JobView],
+        reasons: dict[str, str],
+        left: Mapping[str, Mapping[str, int]],
+        plan: RoundQuota,
+        cluster: Cluster,
+    ) -> RoundQuota:
+        """Admit waiting fixed-size jobs on the GPUs the budgets' admission left unused (module docstring); in the
+        plan returned, a tenant that borrowed has a budget of what its admitted jobs use on the type."""
+        spare = {t: cluster.gpus_of_type(t) for t in cluster.gpu_types}
+        used: dict[str, dict[str, int]] = {}
+        for name, per_type in plan.budgets.items():
+            for t, budget in per_type.items():
+                taken = budget - left.get(name, {}).get(t, budget)
+                spare[t] -= taken
+                used.setdefault(name, {})[t] = taken
+        grown = {name: dict(per_type) for name, per_type in plan.budgets.items()}
+        order = sorted(
+            (j for j in jobs if j.name in reasons), key=lambda j: (not any(j.allocation), j.submit_time_s, j.name)
+        )
+        for job in order:
+            tenant = self.tenants.get(job.tenant)
+            if not tenant.borrow:
+                continue
+            held_type = cluster.allocation_type(job.allocation)
+            types = [held_type] if held_type is not None else [t for t in cluster.gpu_types if job.may_run_on(t)]
+            fits = [
+                t
+                for t in sorted(types, key=lambda t: -spare[t])
+                if spare[t] >= job.requested_gpus
+                and used.get(job.tenant, {}).get(t, 0) + job.requested_gpus <= tenant.cap_on(t, cluster.gpus_of_type(t))
+            ]
+            if not fits:
+                if held_type is None and any(
+                    job.requested_gpus <= tenant.cap_on(t, cluster.gpus_of_type(t)) for t in types
+                ):
+                    break  # strictly by submission: a later job does not pass one that could run
+                continue
+            gpu_type = fits[0]
+            spare[gpu_type] -= job.requested_gpus
+            using = used.setdefault(job.tenant, {})
+            using[gpu_type] = using.get(gpu_type, 0) + job.requested_gpus
+            per_type = grown.setdefault(job.tenant, {})
+            per_type[gpu_type] = max(per_type.get(gpu_type, 0), using[gpu_type])
+            admitted.append(job)
+            del reasons[job.name]
+        return replace(plan, budgets=grown) if grown != plan.budgets else plan
 
     def reclaimable(self, jobs: Sequence[JobView], plan: RoundQuota, cluster: Cluster) -> set[str]:
         """Jobs whose leases end early: those of a tenant holding more than its budget on the type they run on."""

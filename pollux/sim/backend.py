@@ -30,6 +30,7 @@ from pollux.policies.facts import JobFacts, gpu_bound, job_view
 from pollux.policies.placement import fixed_batch_config
 from pollux.sim.jobmodel import JobModel, accumulated_step_time
 from pollux.sim.typed import TypedJobModel
+from pollux.tenants import DEFAULT_TENANT
 
 POOLED = "*"  # the samples key of a job that learns one model from every GPU type (type-unaware policies)
 
@@ -47,6 +48,7 @@ class SimJobSpec:
     batch_size: int | None  # fixed total batch; None: the job (or, with batch_by_policy, the policy) picks it
     max_gpus: int | None = None  # extra cap (the artifact runs ncf on one GPU under elastic policies)
     batch_by_policy: bool = False  # the policy sends each job's batch with its allocation (elastic-DP)
+    tenant: str = DEFAULT_TENANT  # the team it belongs to (`pollux.tenants`)
 
 
 @dataclass
@@ -413,6 +415,7 @@ class SimBackend:
             single_gpu_throughput_by_type=self._speeds[job.spec.application] if per_type else {},
             restart_delay_s=job.typed.restore_delay_s,
             allocated_at_s=job.allocated_at_s,
+            tenant=job.spec.tenant,
         )
 
     def resize(self, cluster: Cluster, kept: Sequence[int], now: float) -> None:

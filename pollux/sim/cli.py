@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from pollux.sim.run import SimConfig, SimResult
     from pollux.sim.typed import TypedJobModel
     from pollux.sim.workload import Workload
+    from pollux.tenants import Tenants
 
 DEFAULT_WORKLOAD = "workload-1"
 OFFLINE_JOBS, OFFLINE_HOURS = 160, 8.0
@@ -192,6 +193,39 @@ def summary_table(results: list[SimResult], title: str) -> Table:
     return table
 
 
+def tenant_table(results: list[SimResult]) -> Table:
+    """One row per policy and tenant (`pollux.sim.table.tenant_rows`), each policy's tenants in a section of their
+    own, the policy named once: a screen for 20 tenants of one policy."""
+    from rich.table import Table
+
+    from pollux.sim.table import TENANT_TABLE, tenant_rows
+
+    caption = "\n".join(f"{c.label}: {c.meaning}" for c in TENANT_TABLE)
+    table = Table(title="Tenants", caption=caption, caption_justify="left")
+    table.add_column("policy", no_wrap=True, min_width=16)
+    table.add_column("tenant", no_wrap=True)
+    for column in TENANT_TABLE:
+        table.add_column(column.label, justify="right")
+    rows = tenant_rows(results)
+    for i, (policy, tenant, cells) in enumerate(rows):
+        first = i == 0 or rows[i - 1][0] != policy
+        last = i + 1 == len(rows) or rows[i + 1][0] != policy
+        table.add_row(policy if first else "", tenant, *cells, end_section=last)
+    return table
+
+
+def chosen_tenants(path: Path | None, cluster: Cluster, autoscaled: bool) -> Tenants | None:
+    """The tenants of `--tenants` (`pollux.tenants.read_tenants`), checked against the cluster; refused with
+    autoscaling, whose capacity (and so every guarantee's footing) changes from round to round."""
+    if path is None:
+        return None
+    if autoscaled:
+        raise PolluxError("--tenants needs a fixed cluster: drop --min-nodes/--max-nodes, or drop --tenants")
+    from pollux.tenants import read_tenants
+
+    return read_tenants(path, cluster)
+
+
 def simulate_command(
     workload: Annotated[
         str, typer.Argument(help="CSV path, or an artifact name such as workload-1.")
@@ -253,6 +287,13 @@ def simulate_command(
         int, typer.Option(help="Autoscale: seconds before a node added can be used.", callback=bounds(0))
     ] = 0,
     data_dir: Annotated[Path | None, typer.Option(help="Artifact data folder.")] = None,
+    tenants: Annotated[
+        Path | None,
+        typer.Option(
+            help="A TOML file of [[tenant]] tables (name, weight, guaranteed, max, borrow): every policy runs under "
+            "their GPU quotas, and the results are measured per tenant. Default: one tenant owning everything.",
+        ),
+    ] = None,
 ) -> None:
     """Replay a workload under each policy and compare them. A table on screen; the summary, CSVs, plots and an
     HTML report in --out."""
@@ -266,14 +307,15 @@ def simulate_command(
     chosen = chosen_cluster(cluster, nodes, gpus_per_node)
     autoscale = chosen_autoscale(chosen, min_nodes, max_nodes, boot_time)
     held = None if lease is None else Lease(lease, float(restart_delay))
-    config = SimConfig(chosen, interval, restart_delay, interference, autoscale, float(boot_time), held)
+    teams = chosen_tenants(tenants, chosen, autoscale is not None)
+    config = SimConfig(chosen, interval, restart_delay, interference, autoscale, float(boot_time), held, teams)
     names = policy or default_policies(config.cluster)
     unknown = [n for n in names if n not in POLICIES]
     if unknown:
         raise PolluxError(f"unknown policy {unknown[0]!r}; choose from: {', '.join(POLICIES)}")
     inputs, note = resolve_inputs(workload, data_dir, seed, cluster=config.cluster)
     models, loaded = load_inputs(inputs)  # a missing, malformed or too large workload is refused before any bar
-    check_workload_fits(loaded.jobs, models, config.largest_cluster())
+    check_workload_fits(loaded.jobs, models, config.largest_cluster(), config.tenants)
     _make_out_dir(out)
     console.print(note, soft_wrap=True)
     results = run_policies(names, inputs, config, processes, console)
@@ -284,6 +326,9 @@ def simulate_command(
         num_gpus = autoscale.max_nodes * kind.gpus_per_node  # the most it may have
     title = f"{workload if not inputs.offline else 'generated workload'} on {where}"
     paths = write_outputs(results, out, title, num_gpus)
-    plain_console(width=max(console.width, 120)).print(summary_table(results, title))
+    wide = plain_console(width=max(console.width, 120))
+    wide.print(summary_table(results, title))
+    if config.tenants is not None:
+        wide.print(tenant_table(results))
     plots = ", ".join(p.name for p in paths if p.suffix == ".png")
     console.print(f"Wrote {len(paths)} files to {out}/ — plots: {plots}; open {out}/report.html", soft_wrap=True)

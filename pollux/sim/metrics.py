@@ -32,11 +32,15 @@ class JobRecord:
     isolated_jct_s: float | None
     fairness: float | None  # ρ = JCT / isolated JCT; > 1: worse off than on its own share
     gpu_seconds_by_type: Mapping[str, float] = field(default_factory=dict)  # restores included
+    tenant: str | None = None  # its tenant, in a run with a tenants file
 
     def as_row(self) -> dict[str, object]:
-        """One CSV row: the per-type GPU-seconds as columns `gpu_seconds_<type>`."""
+        """One CSV row: the per-type GPU-seconds as columns `gpu_seconds_<type>`; the tenant after the name, in a run
+        with tenants (without, the columns are as they were)."""
         row = asdict(self)
-        by_type = row.pop("gpu_seconds_by_type")
+        by_type, tenant = row.pop("gpu_seconds_by_type"), row.pop("tenant")
+        if tenant is not None:
+            row = {"name": row.pop("name"), "tenant": tenant} | row
         return row | {f"gpu_seconds_{t}": s for t, s in by_type.items()}
 
 

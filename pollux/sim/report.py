@@ -17,15 +17,19 @@ PANELS_PER_ROW = 4  # gpu-hours-by-type.png: eight policies in one row made a 3,
 
 
 def write_outputs(results: Sequence[SimResult], out_dir: Path, title: str = "", num_gpus: int = 0) -> list[Path]:
-    """Write summary.json, jobs-<policy>.csv, timeline-<policy>.csv, the plots (with autoscaling also
-    nodes-<policy>.csv and nodes-timeline.png) and report.html (titled `title`, on a cluster of `num_gpus`); return
-    the paths written. Plots and report list the policies in the table's order (`pollux.sim.table`)."""
+    """Write summary.json (in a run with tenants, each policy's metrics hold a `tenants` object keyed by tenant),
+    jobs-<policy>.csv, timeline-<policy>.csv, the plots (with autoscaling also nodes-<policy>.csv and
+    nodes-timeline.png) and report.html (titled `title`, on a cluster of `num_gpus`); return the paths written.
+    Plots and report list the policies in the table's order (`pollux.sim.table`)."""
     from pollux.sim.report_html import write_report
 
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     summary_path = out_dir / "summary.json"
-    summary = {r.policy: dict(r.summary, wall_s=r.wall_s) for r in results}
+    summary: dict[str, dict[str, object]] = {r.policy: dict(r.summary, wall_s=r.wall_s) for r in results}
+    for result in results:
+        if result.tenants:  # a run with a tenants file: per tenant, beside the policy's metrics
+            summary[result.policy]["tenants"] = result.tenants
     summary_path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     written.append(summary_path)
     for result in results:

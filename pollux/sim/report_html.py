@@ -1,9 +1,10 @@
 """`report.html` of `pollux simulate --out DIR`: the run's comparison table and charts in one self-contained file.
 
-The data (summary per policy, JCTs, fairness, the cluster over time, each job's GPUs and batch over time) is
-inlined as JSON and drawn by the dashboard's own charting script, so the report looks like the dashboard and opens
-from disk without a network. The job shown first is the one whose GPUs or batch changed most often, summed over the
-policies: the job where elastic scheduling shows (any other is a click away).
+The data (summary per policy, JCTs, fairness, the cluster over time, each job's GPUs and batch over time; in a run
+with tenants, a row per policy and tenant: received against entitled GPU-hours, JCT, guarantee held) is inlined as
+JSON and drawn by the dashboard's own charting script, so the report looks like the dashboard and opens from disk
+without a network. The job shown first is the one whose GPUs or batch changed most often, summed over the policies:
+the job where elastic scheduling shows (any other is a click away).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 from pollux.dashboard.pages import report_page
 from pollux.sim.palette import policy_colors
 from pollux.sim.run import SimResult
-from pollux.sim.table import columns_of, in_table_order
+from pollux.sim.table import TENANT_TABLE, columns_of, in_table_order, tenant_rows
 
 REPORT_FILE = "report.html"
 
@@ -53,7 +54,7 @@ def report_data(results: Sequence[SimResult], title: str, num_gpus: int) -> dict
                 "finish_s": {j.name: j.finish_s for j in result.jobs},
             }
         )
-    return {
+    data = {
         "title": title,
         "num_gpus": num_gpus,
         "columns": [{"label": c.label, "meaning": c.meaning} for c in columns],
@@ -61,6 +62,15 @@ def report_data(results: Sequence[SimResult], title: str, num_gpus: int) -> dict
         "job_names": [job.name for job in results[0].jobs] if results else [],
         "chosen_job": chosen_job(results),
     }
+    if any(r.tenants for r in results):
+        data["tenants"] = {
+            "columns": [{"label": c.label, "meaning": c.meaning} for c in TENANT_TABLE],
+            "rows": [
+                {"policy": policy, "color": colors[policy], "tenant": tenant, "cells": cells}
+                for policy, tenant, cells in tenant_rows(ordered)
+            ],
+        }
+    return data
 
 
 def write_report(results: Sequence[SimResult], out_dir: Path, title: str, num_gpus: int) -> Path:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from pollux.autoscale import AutoscaleSettings, with_nodes
-from pollux.cluster import Cluster
+from pollux.cluster import Allocation, Cluster, num_gpus
 from pollux.data.philly import philly_service_samples
 from pollux.defaults import RESTART_DELAY_S, ROUND_INTERVAL_S
 from pollux.engine import Scheduler
@@ -20,12 +20,15 @@ from pollux.lease import Lease
 from pollux.policies.base import JobView, Policy
 from pollux.policies.placement import packed_placement
 from pollux.policies.registry import Input, PolicySettings, make_policy
+from pollux.quota import PerType, QuotaLayer
 from pollux.sim.backend import SimBackend, SimJob, SimJobSpec
 from pollux.sim.jobmodel import JobModel, accumulated_step_time
 from pollux.sim.metrics import JobRecord, TimelinePoint, billing_window, node_hours, summarize
 from pollux.sim.nodes import ElasticNodes, NodePoint
+from pollux.sim.tenant_metrics import TenantRound, tenant_summary
 from pollux.sim.typed import TypedJobModel
 from pollux.sim.workload import WorkloadJob
+from pollux.tenants import Tenants, held_by_tenant
 
 # The artifact runs ncf at its measured batch on one GPU under elastic policies (docs/design.md, "Simulated jobs").
 ARTIFACT_ELASTIC_OVERRIDES: dict[str, tuple[int | None, int]] = {"ncf": (32768, 1)}
@@ -36,7 +39,8 @@ MAX_SIMULATED_S = 60 * 24 * 3600  # a run longer than 60 simulated days means a 
 class SimConfig:
     """Knobs of a simulated run (docs/design.md, "Simulated jobs"). With `autoscale`, the cluster's one kind of
     node is grown and shrunk between rounds within its bounds (`pollux.sim.nodes`), starting at the minimum, and a
-    node asked for is usable `boot_time_s` later (the artifact's simulator: at once)."""
+    node asked for is usable `boot_time_s` later (the artifact's simulator: at once). With `tenants`, every policy
+    runs under the quota layer (`pollux.quota`) and the run measures each tenant (`pollux.sim.tenant_metrics`)."""
 
     cluster: Cluster = field(default_factory=Cluster)
     interval_s: int = ROUND_INTERVAL_S
@@ -45,6 +49,7 @@ class SimConfig:
     autoscale: AutoscaleSettings | None = None
     boot_time_s: float = 0.0
     lease: Lease | None = None  # None: the paper's Pollux, any job may move every round
+    tenants: Tenants | None = None  # None: no quota layer, one tenant owning everything
 
     def largest_cluster(self) -> Cluster:
         """The cluster every job must fit in: this one, or when autoscaled, at its most nodes."""
@@ -61,11 +66,16 @@ class SimResult:
     # per job, (time_s, GPUs, total batch size) at each round where either changed: the report's per-job timelines
     job_timelines: Mapping[str, tuple[tuple[float, int, int], ...]] = field(default_factory=dict)
     nodes: tuple[NodePoint, ...] = ()  # the node count after every round, when autoscaling
+    tenants: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # per tenant, with a tenants file
+    tenant_rounds: tuple[TenantRound, ...] = ()  # every round's quota picture, with a tenants file
 
 
-def check_workload_fits(rows: Sequence[WorkloadJob], models: Collection[str], cluster: Cluster) -> None:
-    """Refuse a workload the simulator cannot run: a job of an unknown application, or one asking for more GPUs than
-    the cluster has of one type (a job holds GPUs of one type). `pollux simulate` asks before any progress bar."""
+def check_workload_fits(
+    rows: Sequence[WorkloadJob], models: Collection[str], cluster: Cluster, tenants: Tenants | None = None
+) -> None:
+    """Refuse a workload the simulator cannot run: a job of an unknown application, one asking for more GPUs than
+    the cluster has of one type (a job holds GPUs of one type), or, with `tenants`, one of a tenant they do not
+    have (a job without a tenant is the default tenant's). `pollux simulate` asks before any progress bar."""
     largest = max(cluster.gpus_of_type(t) for t in cluster.gpu_types)
     has = f"the cluster has {largest}" if largest == cluster.num_gpus else f"its largest GPU type has {largest}"
     for row in rows:
@@ -76,13 +86,19 @@ def check_workload_fits(rows: Sequence[WorkloadJob], models: Collection[str], cl
                 f"job {row.name}: asks for {row.num_replicas} GPUs but {has}; "
                 "use a larger --cluster (or --nodes/--gpus-per-node) or fix the workload's num_replicas"
             )
+        if tenants is not None:
+            tenants.check_job(row.name, row.tenant)
 
 
 def job_specs(
-    rows: Sequence[WorkloadJob], policy: Policy, models: Mapping[str, JobModel | TypedJobModel], cluster: Cluster
+    rows: Sequence[WorkloadJob],
+    policy: Policy,
+    models: Mapping[str, JobModel | TypedJobModel],
+    cluster: Cluster,
+    tenants: Tenants | None = None,
 ):
     """Workload rows as the policy's jobs: adaptive ones drop the user's batch; fixed ones keep it."""
-    check_workload_fits(rows, models, cluster)
+    check_workload_fits(rows, models, cluster, tenants)
     specs = []
     for row in rows:
         batch: int | None = row.batch_size
@@ -103,6 +119,7 @@ def job_specs(
                 batch,
                 cap,
                 batch_by_policy=policy.batch_owner == "policy" and batch is None,
+                tenant=row.tenant,
             )
         )
     return specs
@@ -193,16 +210,19 @@ def simulate(
         config = replace(config, cluster=elastic.largest)  # what jobs must fit in, and fair shares are taken of
     backend = SimBackend(
         config.cluster if elastic is None else elastic.start,
-        job_specs(rows, policy, models, config.cluster),
+        job_specs(rows, policy, models, config.cluster, config.tenants),
         models,
         restart_delay_s=config.restart_delay_s,
         interference=config.interference,
         fit_throughput_model=policy.uses_throughput_model,
         type_aware=policy.gpu_type_aware,
     )
-    scheduler = Scheduler(policy, backend, config.lease)
+    quota = QuotaLayer(config.tenants) if config.tenants is not None else None
+    scheduler = Scheduler(policy, backend, config.lease, quota)
     interval_s = policy.round_s or config.interval_s  # a policy with rounds of its own (Gavel) keeps them
+    tenant_of = {row.name: row.tenant for row in rows}
     timeline: list[TimelinePoint] = []
+    rounds: list[TenantRound] = []
     tracks: dict[str, list[tuple[float, int, int]]] = {}
     now = 0.0
     while not backend.all_done():
@@ -213,7 +233,11 @@ def simulate(
         now += interval_s
         if elastic is not None:
             elastic.round(backend, policy, now)
-        scheduler.step(now)
+        decided = scheduler.step(now)
+        if decided.quota is not None:
+            rounds.append(
+                TenantRound(decided.quota, _held(decided.allocations, tenant_of, backend.cluster), interval_s)
+            )
         active = backend.active(now)
         running = [job for job in active if job.allocation]
         by_type = dict.fromkeys(config.cluster.gpu_types, 0)
@@ -228,6 +252,10 @@ def simulate(
     if elastic is not None:
         summary |= autoscale_summary(records, timeline, elastic)
     nodes = tuple(elastic.points) if elastic is not None else ()
+    per_tenant: dict[str, dict[str, float]] = {}
+    if config.tenants is not None:
+        per_tenant, overall = tenant_summary(config.tenants, rounds, records)
+        summary |= overall
     return SimResult(
         policy.name,
         records,
@@ -236,6 +264,15 @@ def simulate(
         time.perf_counter() - started,
         {name: tuple(points) for name, points in tracks.items()},
         nodes,
+        per_tenant,
+        tuple(rounds),
+    )
+
+
+def _held(allocations: Mapping[str, Allocation], tenant_of: Mapping[str, str], cluster: Cluster) -> PerType:
+    """GPUs per tenant and type the jobs hold after a round (a job restoring holds its GPUs)."""
+    return held_by_tenant(
+        (tenant_of[name], cluster.allocation_type(alloc), num_gpus(alloc)) for name, alloc in allocations.items()
     )
 
 
@@ -301,6 +338,7 @@ def _records(backend: SimBackend, timeline: Sequence[TimelinePoint], config: Sim
                 isolated_jct_s=alone,
                 fairness=None if jct is None or not alone else jct / alone,
                 gpu_seconds_by_type={t: job.gpu_s_by_type.get(t, 0.0) for t in config.cluster.gpu_types},
+                tenant=spec.tenant if config.tenants is not None else None,
             )
         )
     return tuple(records)

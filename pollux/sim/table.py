@@ -1,12 +1,13 @@
 """The policies' comparison table, one definition for the table `pollux simulate` prints and the one in report.html:
 its columns, what each means (printed under the table in both, so "ρ>1" or "queue h" is explained where it is
 shown), its cells, and its order, best average JCT first, which every legend of the plots and the report follows.
+In a run with tenants, a second table has one row per policy and tenant (`tenant_columns`, `tenant_rows`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pollux.sim.run import SimResult
@@ -22,10 +23,13 @@ class Column:
     cell: Callable[[SimResult], str]
 
 
+def _formatted(value: float, format_spec: str, scale: float = 1.0) -> str:
+    return format(value / scale, format_spec) if math.isfinite(value) else MISSING
+
+
 def _metric(key: str, format_spec: str, scale: float = 1.0) -> Callable[[SimResult], str]:
     def cell(result: SimResult) -> str:
-        value = result.summary.get(key, math.nan)
-        return format(value / scale, format_spec) if math.isfinite(value) else MISSING
+        return _formatted(result.summary.get(key, math.nan), format_spec, scale)
 
     return cell
 
@@ -62,6 +66,18 @@ AUTOSCALE_COLUMNS = (
     ),
     Column("nodes", "mean nodes billed", _metric("nodes_mean", ".1f")),
 )
+TENANT_COLUMNS = (
+    Column(
+        "tenant fair",
+        "the least received/entitled GPU-hours of any tenant entitled to some (Astraea's tenant fairness; 1: fair)",
+        _metric("tenant_min_fairness", ".2f"),
+    ),
+    Column(
+        "tenant Jain",
+        "Jain's index of the tenants' received/entitled GPU-hours (1: all alike)",
+        _metric("tenant_jain", ".2f"),
+    ),
+)
 WALL = Column(
     "wall s",
     "seconds this machine took to simulate the policy, as its progress bar counts them (loading the job "
@@ -71,9 +87,62 @@ WALL = Column(
 
 
 def columns_of(results: Sequence[SimResult]) -> tuple[Column, ...]:
-    """The table's columns after the policy's name (node columns where a run autoscaled)."""
+    """The table's columns after the policy's name (node columns where a run autoscaled, tenant columns where it had
+    tenants)."""
     autoscaled = any("node_hours" in r.summary for r in results)
-    return (*COLUMNS, *(AUTOSCALE_COLUMNS if autoscaled else ()), WALL)
+    tenants = any(r.tenants for r in results)
+    return (*COLUMNS, *(AUTOSCALE_COLUMNS if autoscaled else ()), *(TENANT_COLUMNS if tenants else ()), WALL)
+
+
+@dataclass(frozen=True)
+class TenantColumn:
+    label: str
+    meaning: str
+    cell: Callable[[Mapping[str, float]], str]
+
+
+def _tenant_metric(key: str, format_spec: str, scale: float = 1.0) -> Callable[[Mapping[str, float]], str]:
+    return lambda metrics: _formatted(metrics.get(key, math.nan), format_spec, scale)
+
+
+def _received_share(metrics: Mapping[str, float]) -> str:
+    entitled = metrics.get("gpu_hours_entitled", 0.0)
+    return _formatted(metrics["gpu_hours_received"] / entitled, ".2f") if entitled > 0 else MISSING
+
+
+TENANT_TABLE = (
+    TenantColumn("jobs", "the tenant's jobs", _tenant_metric("jobs", ".0f")),
+    TenantColumn("avg JCT h", "mean completion time of its jobs, hours", _tenant_metric("avg_jct_s", ".2f", HOUR_S)),
+    TenantColumn(
+        "received GPU-h", "GPU-hours its jobs held (restores included)", _tenant_metric("gpu_hours_received", ".1f")
+    ),
+    TenantColumn(
+        "entitled GPU-h",
+        "GPU-hours it was entitled to: its guarantee where its demand reached it, plus its weighted share of what "
+        "others left idle, round by round",
+        _tenant_metric("gpu_hours_entitled", ".1f"),
+    ),
+    TenantColumn("ratio", "received ÷ entitled GPU-hours (1: it got what it was due)", _received_share),
+    TenantColumn(
+        "guarantee held",
+        "share of the rounds, among those its demand reached its guarantee, in which it held the guarantee",
+        _tenant_metric("guarantee_held_share", ".0%"),
+    ),
+    TenantColumn(
+        "reclaim rounds",
+        "the most rounds in a row its demand reached its guarantee while it held less",
+        _tenant_metric("max_rounds_to_reclaim", ".0f"),
+    ),
+)
+
+
+def tenant_rows(results: Sequence[SimResult]) -> list[tuple[str, str, list[str]]]:
+    """(policy, tenant, cells) per policy in the table's order, its tenants in the file's order."""
+    return [
+        (result.policy, tenant, [column.cell(metrics) for column in TENANT_TABLE])
+        for result in in_table_order(results)
+        for tenant, metrics in result.tenants.items()
+    ]
 
 
 def in_table_order(results: Sequence[SimResult]) -> list[SimResult]:

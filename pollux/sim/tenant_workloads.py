@@ -50,10 +50,14 @@ FLOOD_SAMPLE_HOURS = 8.0  # the window the job mix is drawn from: the artifact's
 class TenantWorkload:
     """A workload whose jobs each belong to a tenant, the tenants they belong to, and a line saying how."""
 
-    workload: Workload
-    tenant_of: Mapping[str, str]  # job name -> tenant name
+    workload: Workload  # each job with its tenant (`WorkloadJob.tenant`)
     tenants: Tenants
     about: str  # how the guarantees were chosen, written at the top of the tenants file
+
+    @property
+    def tenant_of(self) -> dict[str, str]:
+        """Job name -> tenant name."""
+        return {job.name: job.tenant for job in self.workload.jobs}
 
 
 def philly_vc_workload(
@@ -85,17 +89,13 @@ def philly_vc_workload(
     gpu_time_s: dict[str, float] = {}
     for name, seconds in zip(names, sample.trace.gpu_time_s[sample.trace_rows], strict=True):
         gpu_time_s[name] = gpu_time_s.get(name, 0.0) + float(seconds)
-    workload = Workload(name=sample.name, jobs=sample.jobs, source=sample.source)
+    jobs = tuple(replace(job, tenant=name) for job, name in zip(sample.jobs, names, strict=True))
+    workload = Workload(name=sample.name, jobs=jobs, source=sample.source)
     about = (
         f"Tenants of {workload.name}: the Philly trace's virtual clusters; guaranteed = floor(share of the sampled "
         f"GPU-time × the GPUs of each type) on {cluster.describe()}; a VC under one GPU's share only borrows."
     )
-    return TenantWorkload(
-        workload,
-        {job.name: name for job, name in zip(sample.jobs, names, strict=True)},
-        guarantees_by_share(gpu_time_s, cluster),
-        about,
-    )
+    return TenantWorkload(workload, guarantees_by_share(gpu_time_s, cluster), about)
 
 
 def guarantees_by_share(gpu_time_s: Mapping[str, float], cluster: Cluster) -> Tenants:
@@ -136,13 +136,13 @@ def flood_workload(
         for k, job in enumerate(sample.jobs)
     ]
     jobs = named_in_submission_order(timed)
-    tenant_of = {job.name: FLOOD_TENANTS[0] if k < flood else FLOOD_TENANTS[1] for k, job in enumerate(jobs)}
+    jobs = tuple(replace(job, tenant=FLOOD_TENANTS[0] if k < flood else FLOOD_TENANTS[1]) for k, job in enumerate(jobs))
     tenants = Tenants(tuple(Tenant(name, guaranteed=halves) for name in FLOOD_TENANTS))
     about = (
         f"Tenants of the flood scenario (seed {seed}): a submits {flood} jobs at time 0, b {steady} over the first "
         f"{FLOOD_SPAN_S // 3600} hours; each is guaranteed half of every GPU type of {cluster.describe()}."
     )
-    return TenantWorkload(Workload(f"flood-seed{seed}", jobs, sample.source), tenant_of, tenants, about)
+    return TenantWorkload(Workload(f"flood-seed{seed}", jobs, sample.source), tenants, about)
 
 
 def requests_up_to(max_gpus: int, configs: ConfigChoices | None = None) -> ConfigChoices:

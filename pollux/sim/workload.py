@@ -4,8 +4,9 @@ A workload is the artifacts' CSV schema `name,time,application,num_replicas,batc
 time in seconds from the start of the workload: whole in the artifacts' files (Sia's Helios traces write them as
 `225.0`), with a fraction in real traces (`487.661836`), kept as written. The simulator steps in rounds: a job is
 considered by the first round at or after its submission, and its JCT counts from the submission itself.
-`num_replicas` and `batch_size` are the user's request, kept by the baselines and ignored by Pollux. Read one from a
-path, or by its artifact name from that artifact's data folder: the Pollux artifact's `workload-1`,
+`num_replicas` and `batch_size` are the user's request, kept by the baselines and ignored by Pollux. An optional
+column `tenant` names the team a job belongs to (`pollux.tenants`; without it, every job is the default tenant's).
+Read one from a path, or by its artifact name from that artifact's data folder: the Pollux artifact's `workload-1`,
 `workloads-2.0/workload-3`, `workloads-realistic/workload-2`; the Sia artifact's `philly/workload-3` and
 `saturn/workload-7` (Helios). `workload_artifact` says which artifact a name belongs to. Every bad row stops the read
 with a `TraceError` naming the file, the line and the field, because a simulation on a silently skipped job answers a
@@ -17,15 +18,17 @@ from __future__ import annotations
 import csv
 import math
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 from pollux.data.locate import DATASET, SIA_DATASET, Artifact, find_data_dir
 from pollux.errors import DataNotFoundError, TraceError
+from pollux.tenants import DEFAULT_TENANT
 
 COLUMNS: tuple[str, ...] = ("name", "time", "application", "num_replicas", "batch_size")
+TENANT_COLUMN = "tenant"  # optional: written only where some job belongs to a tenant other than the default
 WORKLOADS_FOLDER = "workloads"
 DEFAULT_SET = "workloads"
 
@@ -44,6 +47,7 @@ class WorkloadJob:
     application: str
     num_replicas: int
     batch_size: int
+    tenant: str = DEFAULT_TENANT
 
 
 @dataclass(frozen=True)
@@ -138,17 +142,18 @@ def read_workload(
     return Workload(name=name, jobs=jobs, source=path.resolve())
 
 
-def write_workload(workload: Workload, path: str | Path, tenants: Mapping[str, str] | None = None) -> Path:
-    """Write `workload` in the artifact's schema (readable back by `read_workload` and by the artifact's tools);
-    with `tenants` (job name -> tenant), a last column `tenant` as well."""
+def write_workload(workload: Workload, path: str | Path) -> Path:
+    """Write `workload` in the artifact's schema (readable back by `read_workload` and by the artifact's tools), with
+    the `tenant` column only where some job belongs to a tenant other than the default (else the file is as before)."""
     path = Path(path).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
+    tenants = any(job.tenant != DEFAULT_TENANT for job in workload.jobs)
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(COLUMNS if tenants is None else (*COLUMNS, "tenant"))
+        writer.writerow((*COLUMNS, TENANT_COLUMN) if tenants else COLUMNS)
         for job in workload.jobs:
             row = (job.name, job.submit_time_s, job.application, job.num_replicas, job.batch_size)
-            writer.writerow(row if tenants is None else (*row, tenants[job.name]))
+            writer.writerow((*row, job.tenant) if tenants else row)
     return path
 
 
@@ -167,7 +172,7 @@ def _parse_rows(path: Path, handle: TextIO, applications: frozenset[str] | None)
         raise TraceError(
             f"{path}:1: missing column(s) {', '.join(missing)}; expected {','.join(COLUMNS)} (got {','.join(header)})"
         )
-    index = {column: header.index(column) for column in COLUMNS}
+    index = {column: header.index(column) for column in (*COLUMNS, TENANT_COLUMN) if column in header}
     jobs: list[WorkloadJob] = []
     first_line: dict[str, int] = {}
     while True:
@@ -218,12 +223,16 @@ def _parse_row(
             f"{path}:{line}: field 'application': unknown application {application!r}; "
             f"known: {', '.join(sorted(applications))}"
         )
+    tenant = fields.get(TENANT_COLUMN, DEFAULT_TENANT)
+    if not tenant:
+        raise TraceError(f"{path}:{line}: field 'tenant': empty; name the job's tenant (or drop the column)")
     return WorkloadJob(
         name=fields["name"],
         submit_time_s=_seconds(path, line, fields["time"]),
         application=application,
         num_replicas=_integer(path, line, "num_replicas", fields["num_replicas"], minimum=1),
         batch_size=_integer(path, line, "batch_size", fields["batch_size"], minimum=1),
+        tenant=tenant,
     )
 
 

@@ -221,7 +221,7 @@ def _write_with_tenants(chosen: TenantWorkload, out: Path | None, tenants_out: P
     from pollux.sim.tenant_workloads import write_tenants
     from pollux.sim.workload import write_workload
 
-    path = write_workload(chosen.workload, out or Path(f"{chosen.workload.name}.csv"), chosen.tenant_of)
+    path = write_workload(chosen.workload, out or Path(f"{chosen.workload.name}.csv"))
     toml = write_tenants(chosen, tenants_out or path.with_suffix(".tenants.toml"))
     typer.echo(f"wrote {len(chosen.workload)} jobs to {path}, {origin}")
     guaranteed = sum(sum(t.guaranteed.values()) for t in chosen.tenants.tenants)

@@ -34,6 +34,40 @@
   }
   $("summary-notes").replaceChildren(...data.columns.flatMap((c) => [make("dt", c.label), make("dd", c.meaning)]));
 
+  // In a run with tenants: one row per policy and tenant (pollux.sim.table.tenant_rows), below the policies' table.
+  if (data.tenants) {
+    const section = make("section", undefined, "card wide");
+    section.id = "tenants";
+    const table = make("table");
+    const thead = make("thead");
+    const row = make("tr");
+    row.append(make("th", "policy"), make("th", "tenant"));
+    for (const column of data.tenants.columns) {
+      const th = make("th", column.label, "num");
+      th.title = column.meaning;
+      row.appendChild(th);
+    }
+    thead.appendChild(row);
+    const tbody = make("tbody");
+    data.tenants.rows.forEach((r, i) => {
+      const tr = make("tr");
+      const name = make("td");
+      if (i === 0 || data.tenants.rows[i - 1].policy !== r.policy) {  // the policy named once, on its first tenant
+        const swatch = make("span", undefined, "swatch");
+        swatch.style.background = r.color;
+        name.append(swatch, r.policy);
+      }
+      tr.append(name, make("td", r.tenant));
+      for (const cell of r.cells) tr.appendChild(make("td", cell, "num"));
+      tbody.appendChild(tr);
+    });
+    table.append(thead, tbody);
+    const notes = make("dl", undefined, "notes");
+    notes.append(...data.tenants.columns.flatMap((c) => [make("dt", c.label), make("dd", c.meaning)]));
+    section.append(make("h2", "Tenants: received against entitled GPU-hours"), table, notes);
+    $("summary").closest("section").after(section);
+  }
+
   const per = (f) => data.policies.map((p) => ({ name: p.policy, color: p.color, step: true, points: f(p) }));
   lineChart($("jct-cdf"), per((p) => cdf(p.jct_s.map(hours))),
     { logX: true, xLabel: "job completion time (hours, log scale)", yLabel: "fraction of jobs", yMin: 0, yMax: 1, title: "JCT CDF" });
