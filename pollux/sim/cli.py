@@ -125,11 +125,20 @@ def _make_out_dir(out: Path) -> None:
         raise PolluxError(f"--out {out}: the folder is not writable; pass one you may write to")
 
 
-def default_policies(cluster: Cluster) -> list[str]:
-    """Every registered policy; on a cluster of one GPU type not `pollux-unaware`, which decides as `pollux` there."""
+TENANT_PEERS = ("astraea",)  # schedulers of tenants' fairness: by default only where there are tenants
+
+
+def default_policies(cluster: Cluster, tenants: bool = False) -> list[str]:
+    """Every registered policy; on a cluster of one GPU type not `pollux-unaware`, which decides as `pollux` there;
+    `astraea`, a scheduler for fairness between tenants, only with a tenants file (a run without one stays as it
+    was)."""
     from pollux.policies.registry import POLICIES
 
-    return [name for name in POLICIES if cluster.heterogeneous or name != "pollux-unaware"]
+    return [
+        name
+        for name in POLICIES
+        if (cluster.heterogeneous or name != "pollux-unaware") and (tenants or name not in TENANT_PEERS)
+    ]
 
 
 def chosen_cluster(cluster: str | None, nodes: int | None, gpus_per_node: int | None) -> Cluster:
@@ -309,7 +318,7 @@ def simulate_command(
     held = None if lease is None else Lease(lease, float(restart_delay))
     teams = chosen_tenants(tenants, chosen, autoscale is not None)
     config = SimConfig(chosen, interval, restart_delay, interference, autoscale, float(boot_time), held, teams)
-    names = policy or default_policies(config.cluster)
+    names = policy or default_policies(config.cluster, config.tenants is not None)
     unknown = [n for n in names if n not in POLICIES]
     if unknown:
         raise PolluxError(f"unknown policy {unknown[0]!r}; choose from: {', '.join(POLICIES)}")
