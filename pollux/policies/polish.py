@@ -347,20 +347,26 @@ class Polisher:
     @staticmethod
     def _within_budget(layout: Layout, mover: int) -> list[int]:
         """Where `mover` took its tenant past its budget, the tenant's other jobs give GPUs up (the one losing least
-        first, from its smallest node shares) until the tenant is within it; the jobs that gave way, in order."""
-        budget = layout.values.budget
+        first, from its smallest node shares) until the tenant is within it; the jobs that gave way, in order.
+        Losses by the value table for all of them at once; exactly (`ValueTable.of`) where the shape is not plain:
+        a distributed job, or one shrinking to its current count (it may keep its allocation)."""
+        values, budget = layout.values, layout.values.budget
         if budget is None:
             return []
         tenant = budget.tenant[mover]
         losers: list[int] = []
         while (over := int(layout.tenant_gpus[tenant] - budget.gpus[tenant])) > 0:
-            choices = []
-            for j in np.flatnonzero((budget.tenant == tenant) & (layout.gpus > 0)).tolist():
-                if j != mover:
-                    shrunk = _less(layout.rows[j], over)
-                    choices.append((float(layout.value[j]) - layout.values.of(j, shrunk), j, shrunk))
-            _, j, shrunk = min(choices, key=lambda c: (c[0], c[1]))
-            layout.set(j, shrunk)
+            mates = np.flatnonzero((budget.tenant == tenant) & (layout.gpus > 0))
+            mates = mates[mates != mover]
+            give = np.minimum(layout.gpus[mates], over)
+            count = layout.gpus[mates] - give
+            after = values.table[0, mates, count]
+            exact = (layout.nodes[mates] > 1) | ((count == values.current_gpus[mates]) & (count > 0))
+            for i in np.flatnonzero(exact).tolist():
+                after[i] = values.of(int(mates[i]), _less(layout.rows[int(mates[i])], int(give[i])))
+            i = int(np.lexsort((mates, layout.value[mates] - after))[0])
+            j = int(mates[i])
+            layout.set(j, _less(layout.rows[j], int(give[i])))
             losers.append(j)
         return losers
 
