@@ -181,15 +181,14 @@ def greedy_counts(tables: Sequence[ValueTable], jobs: Sequence[JobView]) -> tupl
     order = sorted(range(len(jobs)), key=lambda i: (jobs[i].attained_service_gpu_s, jobs[i].submit_time_s))
     rank = {i: r for r, i in enumerate(order)}
     free = [values.num_gpus for values in tables]
-    tenant_free = [None if values.budget is None else values.budget.gpus.copy() for values in tables]
+    quotas = [None if v.budget is None else (v.budget.tenant, v.budget.gpus.copy()) for v in tables]  # GPUs left
     kind = np.full(len(jobs), -1, dtype=np.int64)
     counts = np.zeros(len(jobs), dtype=np.int64)
 
     def room(j: int, t: int) -> int:
         """GPUs of table t job j may still take: the type's free GPUs, within its tenant's budget there."""
-        quota = tenant_free[t]
-        budget = tables[t].budget
-        return free[t] if quota is None or budget is None else min(free[t], int(quota[budget.tenant[j]]))
+        quota = quotas[t]
+        return free[t] if quota is None else min(free[t], int(quota[1][quota[0][j]]))
 
     def best(j: int) -> tuple[float, int, int]:
         """Best (gain per GPU, table, new count) for job j within the budgets."""
@@ -214,9 +213,8 @@ def greedy_counts(tables: Sequence[ValueTable], jobs: Sequence[JobView]) -> tupl
             continue
         kind[j], counts[j] = t, target
         free[t] -= need
-        quota, budget = tenant_free[t], tables[t].budget
-        if quota is not None and budget is not None:
-            quota[budget.tenant[j]] -= need
+        if (quota := quotas[t]) is not None:
+            quota[1][quota[0][j]] -= need
         ratio, t, target = best(j)
         if ratio > 0:
             heapq.heappush(heap, (-ratio, r, t, j, target))
