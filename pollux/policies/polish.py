@@ -11,6 +11,10 @@ GPUs (`search_state.grow`). A move is taken when the sum of per-job values (the 
 is a fitter allocation) rises; the best of the tried moves is taken each time. Each move is tried on the one
 `Layout` and undone.
 
+Under tenants' budgets (`search_state.TenantBudget`) a mover never holds more than its tenant's budget; where its
+move takes its tenant past the budget, the tenant's other jobs give way (the one losing least first) as jobs in its
+way on a node do, and regrow only within the budget, so every move keeps every tenant within its budget.
+
 A job's value depends only on its GPU count, whether it spans nodes, and whether it keeps its exact current
 allocation, so candidates are ranked by the mover's own gain less what making room costs the jobs already on the
 target node, for every job, kind and node at once (arrays, no loop per job), before anything is placed; of the
@@ -104,13 +108,21 @@ class Polisher:
                     best_gain, best = gain, changes
         if best is None:  # back where it was: may lose for the job yet free what others gain more from
             keep = layout.values.keep
-            moved = np.flatnonzero((keep > -np.inf) & ~layout.kept)
+            moved = np.flatnonzero((keep > -np.inf) & ~layout.kept & self._fits_budget(layout))
             loss = layout.value[moved] - keep[moved]
             for j in moved[np.lexsort((moved, loss))][:MAX_TRIES].tolist():
                 gain, changes = self.gain_of(layout, Move(j, MoveKind.KEEP), extra)
                 if gain > best_gain:
                     best_gain, best = gain, changes
         return best
+
+    @staticmethod
+    def _fits_budget(layout: Layout) -> np.ndarray:
+        """Which jobs' current allocations fit their tenant's budget alone (all, without budgets)."""
+        values = layout.values
+        if values.budget is None:
+            return np.ones(values.num_jobs, dtype=bool)
+        return values.current_gpus <= values.budget.gpus[values.budget.tenant]
 
     def _extra(self, layout: Layout) -> list[int]:
         """Jobs that may take what any move frees: the waiting ones and the best growers."""
@@ -145,6 +157,9 @@ class Polisher:
             found.append((gain[ok], j, kind, np.broadcast_to(gpus, ok.shape)[ok]))
 
         step = np.arange(1, gpn + 1)
+        budget = values.budget
+        if budget is not None:  # a mover never holds more than its tenant's budget
+            top = np.minimum(top, budget.gpus[budget.tenant])
         if nodes > 1:
             most = np.minimum(top, values.num_gpus)
             starts = (have == 0) & (most >= 2)
@@ -162,7 +177,7 @@ class Polisher:
             MoveKind.GROW,
             step,
         )
-        add(values.keep - value, np.ones(jobs.size, dtype=bool), MoveKind.KEEP, np.zeros(jobs.size, dtype=np.int64))
+        add(values.keep - value, values.current_gpus <= top, MoveKind.KEEP, np.zeros(jobs.size, dtype=np.int64))
         gain = np.concatenate([f[0] for f in found])
         job = np.concatenate([f[1] for f in found])
         kind = np.concatenate([np.full(f[0].size, f[2]) for f in found])
@@ -318,9 +333,10 @@ class Polisher:
                 _, j, shrunk = min(choices, key=lambda c: (c[0], c[1]))
                 layout.set(j, shrunk)
                 losers.append(j)
+        over_budget = self._within_budget(layout, mover)
         freed = [n for n in sorted(old) if old[n] > new.get(n, 0)]
-        sharers = list(dict.fromkeys(losers))
-        if freed:
+        sharers = list(dict.fromkeys(losers + over_budget))
+        if freed or over_budget:
             beside = {j for n in freed for j in occupants[n]}
             taken = set(sharers)
             for j in sorted(beside) + extra:
@@ -328,3 +344,43 @@ class Polisher:
                     sharers.append(j)
                     taken.add(j)
         grow(layout, sharers, self.avoid)
+
+    @staticmethod
+    def _within_budget(layout: Layout, mover: int) -> list[int]:
+        """Where `mover` took its tenant past its budget, the tenant's other jobs give GPUs up (the one losing least
+        first, from its smallest node shares) until the tenant is within it; the jobs that gave way, in order.
+        Losses by the value table for all of them at once; exactly (`ValueTable.of`) where the shape is not plain:
+        a distributed job, or one shrinking to its current count (it may keep its allocation)."""
+        values, budget = layout.values, layout.values.budget
+        if budget is None:
+            return []
+        tenant = budget.tenant[mover]
+        losers: list[int] = []
+        while (over := int(layout.tenant_gpus[tenant] - budget.gpus[tenant])) > 0:
+            mates = np.flatnonzero((budget.tenant == tenant) & (layout.gpus > 0))
+            mates = mates[mates != mover]
+            give = np.minimum(layout.gpus[mates], over)
+            count = layout.gpus[mates] - give
+            after = values.table[0, mates, count]
+            exact = (layout.nodes[mates] > 1) | ((count == values.current_gpus[mates]) & (count > 0))
+            for i in np.flatnonzero(exact).tolist():
+                after[i] = values.of(int(mates[i]), _less(layout.rows[int(mates[i])], int(give[i])))
+            i = int(np.lexsort((mates, layout.value[mates] - after))[0])
+            j = int(mates[i])
+            layout.set(j, _less(layout.rows[j], int(give[i])))
+            losers.append(j)
+        return losers
+
+
+def _less(row: Row, gpus: int) -> Row:
+    """`row` less `gpus` GPUs, from its smallest node shares first (so it spans as few nodes as it can)."""
+    shrunk = dict(row)
+    for node in sorted(row, key=lambda n: (row[n], n)):
+        take = min(gpus, shrunk[node])
+        shrunk[node] -= take
+        gpus -= take
+        if not shrunk[node]:
+            del shrunk[node]
+        if not gpus:
+            break
+    return shrunk

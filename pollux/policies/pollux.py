@@ -25,6 +25,18 @@ interference avoidance couple the jobs. The search exploits that (the artifact u
    run from step 4's allocation and from everyone's current one, the fitter kept. It finds what the count-first
    steps cannot (a distributed job's remainder moved into a smaller hole so a whole node frees up).
 
+**Tenants** (`optimize_within`, issue 29). Behind the engine's quota layer (`pollux.quota`) each tenant may hold at
+most `budgets[tenant][type]` GPUs of each type this round. The fitness is unchanged, the power mean over all jobs;
+the budgets only constrain. Each value table carries a `TenantBudget` (every job's tenant, every tenant's budget on
+the table's type) and every step that grows a job reads it: the count greedy and the typed search's program (one
+row per tenant and type) hand out no more; fill and regrowth (`grow`) stop at it; a transfer between two tenants
+needs room in the taker's; a polish move never makes its job larger than its tenant's budget, and where it takes the
+tenant past it the tenant's other jobs give way; the current allocation is a polish start only where it is within
+the budgets. So a tenant over its budget (GPUs it borrowed, now reclaimed) is cut within the round, and since a job
+on one GPU is worth far more than one on none (ε), by shrinking its elastic jobs (each then picks its own batch for
+the smaller count) before stopping any. Budgets that cannot bind (one tenant owning every GPU) give `optimize`'s
+result exactly.
+
 The artifact applies REALLOC to every change, a waiting job's start included, and so does the simulator, for
 fidelity with the published results. A service that runs a round the moment a job arrives or its crash back-off
 ends values a waiting job's start undiscounted (`discount_starts=False`, the runtime's setting): at those moments
@@ -40,17 +52,26 @@ deterministic for the same inputs; nothing is random.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
-from pollux.cluster import Cluster
+from pollux.cluster import Allocation, Cluster, num_gpus
 from pollux.defaults import RESTART_DELAY_S
 from pollux.policies.base import BatchOwner, JobView, Policy, PolicyResult
 from pollux.policies.polish import Polisher
-from pollux.policies.search_state import Layout, Row, ValueTable, greedy_counts, grow, sparse_row
+from pollux.policies.search_state import (
+    Layout,
+    Row,
+    TenantBudget,
+    ValueTable,
+    greedy_counts,
+    grow,
+    sparse_row,
+    tenant_budget,
+)
 from pollux.policies.speedup import speedup_table
 from pollux.policies.typed_search import optimize_typed
 
@@ -73,6 +94,7 @@ class PolluxPolicy(Policy):
 
     name: ClassVar[str] = "pollux"
     batch_owner: ClassVar[BatchOwner] = "job"
+    tenant_aware: ClassVar[bool] = True
     settings: ClassVar[tuple[str, ...]] = ("p", "restart_delay_s", "avoid_interference", "discount_starts")
 
     def __init__(
@@ -121,9 +143,11 @@ class PolluxPolicy(Policy):
             return 1.0  # no restart cost and no age: nothing to weigh
         return max(age - job.num_restarts * delay, 0.0) / (age + delay)
 
-    def value_table(self, jobs: Sequence[JobView], cluster: Cluster, now: float) -> ValueTable:
+    def value_table(
+        self, jobs: Sequence[JobView], cluster: Cluster, now: float, budget: TenantBudget | None = None
+    ) -> ValueTable:
         """Every job's values this round (see the module docstring): the power mean's terms, restart factor
-        applied, and the value of keeping the current allocation without it."""
+        applied, and the value of keeping the current allocation without it; `budget`: the tenants' quotas."""
         fair = max(1, math.ceil(cluster.num_gpus / len(jobs)))
         scale = cluster.num_nodes / cluster.num_gpus
         current = [sparse_row(job.allocation) for job in jobs]
@@ -135,7 +159,7 @@ class PolluxPolicy(Policy):
             )
             tables.append(values)
             keep.append(kept)
-        return ValueTable(tables, keep, current, [job.allocation for job in jobs], cluster)
+        return ValueTable(tables, keep, current, [job.allocation for job in jobs], cluster, budget)
 
     def job_values(self, job: JobView, speedups: np.ndarray, factor: float, row: Row) -> tuple[np.ndarray, float]:
         """One job's row of a value table from its (scaled) speedups on K = 0…top GPUs: the power mean's terms with
@@ -170,21 +194,60 @@ class PolluxPolicy(Policy):
 
     # -- search ----------------------------------------------------------------------------------------------
     def optimize(self, jobs: Sequence[JobView], cluster: Cluster, now: float) -> PolicyResult:
+        return self._optimize(jobs, cluster, now, None)
+
+    def optimize_within(
+        self, jobs: Sequence[JobView], cluster: Cluster, now: float, budgets: Mapping[str, Mapping[str, int]]
+    ) -> PolicyResult:
+        """The same search with every tenant's GPUs of each type held to `budgets[tenant][type]` (module
+        docstring); the fitness is still the power mean over all jobs."""
+        return self._optimize(jobs, cluster, now, budgets)
+
+    def _optimize(
+        self, jobs: Sequence[JobView], cluster: Cluster, now: float, budgets: Mapping[str, Mapping[str, int]] | None
+    ) -> PolicyResult:
         if not jobs:
             return PolicyResult({})
         if cluster.heterogeneous:
-            placed, value = optimize_typed(self, jobs, cluster, now)
+            placed, value = optimize_typed(self, jobs, cluster, now, budgets)
         else:
-            values = self.value_table(jobs, cluster, now)
+            gpu_type = cluster.gpu_types[0]
+            budget = None if budgets is None else tenant_budget(jobs, budgets, gpu_type, cluster.num_gpus)
+            values = self.value_table(jobs, cluster, now, budget)
             layout = self.search(values, self._counts(values, jobs))
             placed = {job.name: layout.allocation(j) for j, job in enumerate(jobs) if layout.gpus[j] > 0}
             value = layout.value.tolist()
-        reasons = {
-            job.name: f"waiting: the fittest allocation of {cluster.num_gpus} GPUs among {len(jobs)} jobs gives it none"
-            for job in jobs
-            if job.name not in placed
-        }
-        return PolicyResult(placed, reasons, info={"fitness": self.fitness(value)})
+        return PolicyResult(
+            placed, self._reasons(jobs, cluster, placed, budgets), info={"fitness": self.fitness(value)}
+        )
+
+    @staticmethod
+    def _reasons(
+        jobs: Sequence[JobView],
+        cluster: Cluster,
+        placed: Mapping[str, Allocation],
+        budgets: Mapping[str, Mapping[str, int]] | None,
+    ) -> dict[str, str]:
+        """Why each job given no GPUs waits: its tenant's quota, where that is below the GPUs the job may use and
+        the tenant holds all of it; else the fitness."""
+        held: dict[str, int] = {}
+        for job in jobs:
+            held[job.tenant] = held.get(job.tenant, 0) + num_gpus(placed.get(job.name, ()))
+        reasons = {}
+        for job in jobs:
+            if job.name in placed:
+                continue
+            capacity = {t: cluster.gpus_of_type(t) for t in cluster.gpu_types if job.may_run_on(t)}
+            quota = sum(capacity.values())
+            if budgets is not None:
+                quota = sum(min(budgets.get(job.tenant, {}).get(t, 0), gpus) for t, gpus in capacity.items())
+            if quota < sum(capacity.values()) and held[job.tenant] >= quota:
+                reasons[job.name] = f"waiting: tenant {job.tenant} is at its quota ({quota} GPUs this round)"
+            else:
+                reasons[job.name] = (
+                    f"waiting: the fittest allocation of {cluster.num_gpus} GPUs among {len(jobs)} jobs gives it none"
+                )
+        return reasons
 
     def search(self, values: ValueTable, counts: np.ndarray, round_jobs: int | None = None) -> Layout:
         """Steps 2-5 from the GPU counts of step 1: placement and fill, local search, polish. `round_jobs`: the
@@ -196,7 +259,9 @@ class PolluxPolicy(Policy):
         polisher = Polisher(self.avoid_interference, round_jobs)
         starts = [layout]
         if all(len(a) == values.num_nodes for a in values.allocations):
-            starts.append(Layout(values, values.current))
+            current = Layout(values, values.current)
+            if current.within_budget():  # a tenant holding more than its budget now must shrink: not a start
+                starts.append(current)
         best, best_value = layout, -np.inf
         for start in starts:
             polisher.run(start)
@@ -225,19 +290,25 @@ class PolluxPolicy(Policy):
         by_count = values.planned
         rows = np.arange(values.num_jobs)
         best = layout.total()
+        budget = values.budget
         for _ in range(MAX_MOVES):
             counts = layout.gpus.copy()
             here = by_count[rows, counts]
+            room = layout.room(rows)
             candidates: list[tuple[float, Transfer]] = []
             for d in range(1, values.max_node_gpus + 1):
                 loss = np.where(counts >= d, here - by_count[rows, np.maximum(counts - d, 0)], np.inf)
                 gain = by_count[rows, np.minimum(counts + d, by_count.shape[1] - 1)] - here
                 donors, takers = np.argsort(loss)[:3], np.argsort(-gain)[:3]
+                pairs = [(a, b) for a in donors for b in takers]
+                if room is not None and budget is not None:  # within the tenants' budgets (module docstring)
+                    tenant = budget.tenant
+                    pairs = [(a, b) for a, b in pairs if tenant[a] == tenant[b] or room[b] >= d]
+                    open_takers = np.argsort(-np.where(room >= d, gain, -np.inf))[:3]
+                    pairs += [(a, b) for a in donors for b in open_takers if tenant[a] != tenant[b] and room[b] >= d]
+                    pairs = list(dict.fromkeys(pairs))
                 candidates += [
-                    (gain[b] - loss[a], Transfer(int(a), int(b), d))
-                    for a in donors
-                    for b in takers
-                    if a != b and gain[b] > loss[a]
+                    (gain[b] - loss[a], Transfer(int(a), int(b), d)) for a, b in pairs if a != b and gain[b] > loss[a]
                 ]
             candidates.sort(key=lambda c: (c[0], c[1].donor, c[1].taker, c[1].gpus), reverse=True)
             moved = False

@@ -110,6 +110,7 @@ class PolluxUnawarePolicy(PolluxPolicy):
 
     name: ClassVar[str] = "pollux-unaware"
     gpu_type_aware: ClassVar[bool] = False
+    tenant_aware: ClassVar[bool] = False  # the Sia paper's baseline searches its virtual nodes behind the quota layer
 
     def __init__(
         self,

@@ -7,14 +7,17 @@
   once (`evaluate`, the fitness the genetic-algorithm yardstick and the tests score). What the count-first steps
   plan with, before anything is placed, is `planned`: each job's value by GPU count in its natural shape, keeping
   its allocation where the count is its current one.
+- `TenantBudget`: under tenants' quotas, each job's tenant and how many GPUs of the table's type each tenant may
+  hold this round; carried by the value table, so every step that grows a job reads the same budget.
 - `greedy_counts`: the count step, GPUs handed out best gain per GPU first on each job's upper concave envelope
   (`ValueTable.best_step`), over one GPU type's table or several (the typed search's first choice of types).
 - `Layout`: the allocation being searched, one sparse row per job (node → GPUs), with what the steps ask of it
   kept current: per job its GPUs, nodes, home node, value and whether it keeps its allocation; per node the free
-  GPUs, the jobs on it and how many distributed jobs hold GPUs there. Rows change only through `Layout.set`;
+  GPUs, the jobs on it and how many distributed jobs hold GPUs there; per tenant its GPUs, where the table has a
+  budget. Rows change only through `Layout.set`;
   between `begin` and `undo` every change is recorded, so a trial move is made and taken back in place.
 - `grow`: hand free GPUs to some jobs, best gain per GPU first: how the count-first steps fill what placement
-  left, and how the polish lets jobs pushed aside regrow. Vectorized over the jobs.
+  left, and how the polish lets jobs pushed aside regrow. Vectorized over the jobs; never past a tenant's budget.
 
 Allocations stay sparse (a job holds GPUs on a few of up to thousands of nodes): nothing here walks a whole
 allocation tuple per job except reading the jobs' current ones once.
@@ -24,7 +27,8 @@ from __future__ import annotations
 
 import functools
 import heapq
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -52,13 +56,44 @@ def dense_row(row: Row, num_nodes: int) -> Allocation:
     return tuple(allocation)
 
 
+@dataclass(frozen=True)
+class TenantBudget:
+    """Tenants' quotas on one GPU type this round: `tenant[j]`, the index of job j's tenant, and `gpus[i]`, the most
+    GPUs of the type tenant i may hold (`pollux.quota` budgets them). The search never gives a tenant more."""
+
+    tenant: np.ndarray  # (jobs,) int64
+    gpus: np.ndarray  # (tenants,) int64
+
+    def of(self, jobs: Sequence[int]) -> TenantBudget:
+        """The same budgets over some of the jobs (one type's, in the typed search)."""
+        return TenantBudget(self.tenant[np.asarray(jobs, dtype=np.int64)], self.gpus)
+
+    def held(self, gpus: np.ndarray) -> np.ndarray:
+        """GPUs per tenant, from GPUs per job."""
+        return np.bincount(self.tenant, weights=gpus, minlength=self.gpus.size).astype(np.int64)
+
+
+def tenant_budget(
+    jobs: Sequence[JobView], budgets: Mapping[str, Mapping[str, int]], gpu_type: str, gpus: int
+) -> TenantBudget:
+    """The `TenantBudget` of `jobs` on `gpu_type` (of `gpus` GPUs) from `budgets[tenant][type]`: a tenant or type
+    not there may hold none; no budget is above the type's GPUs. Tenants indexed in name order."""
+    names = sorted({job.tenant for job in jobs})
+    index = {name: i for i, name in enumerate(names)}
+    return TenantBudget(
+        np.array([index[job.tenant] for job in jobs], dtype=np.int64),
+        np.array([min(max(budgets.get(name, {}).get(gpu_type, 0), 0), gpus) for name in names], dtype=np.int64),
+    )
+
+
 class ValueTable:
     """Every job's value on any allocation: `table[spans, job, K]` for K GPUs on one node (spans = 0) or across
     nodes (1), and `keep[job]` for its exact current allocation.
 
     The table is padded with -inf past each job's largest allowed count (and the largest node's worth of GPUs
     beyond the largest, so that steps up to a node's worth can be looked up without a bound check). Nodes may differ
-    in size: `node_gpus` holds each node's GPUs, `max_node_gpus` the largest, which bounds every per-node step."""
+    in size: `node_gpus` holds each node's GPUs, `max_node_gpus` the largest, which bounds every per-node step.
+    `budget`: the tenants' quotas on this type, or None (no tenants: only node capacity bounds the jobs)."""
 
     def __init__(
         self,
@@ -67,9 +102,11 @@ class ValueTable:
         current: Sequence[Row],
         allocations: Sequence[Allocation],
         cluster: Cluster,
+        budget: TenantBudget | None = None,
     ) -> None:
         """`tables[j]`: job j's values, shape (2, max GPUs + 1); `keep[j]`: -inf when it holds nothing (or more
         than it may); `current[j]`: its allocation now, sparse, and `allocations[j]` the same as a tuple."""
+        self.budget = budget
         self.num_jobs = len(tables)
         self.num_nodes = cluster.num_nodes
         self.num_gpus = cluster.num_gpus
@@ -136,7 +173,7 @@ class ValueTable:
 
 def greedy_counts(tables: Sequence[ValueTable], jobs: Sequence[JobView]) -> tuple[np.ndarray, np.ndarray]:
     """The count step: (table index, GPUs) per job (-1, 0 for a job given none), handing out GPUs best gain per GPU
-    first (`ValueTable.best_step`), each table's GPUs its budget.
+    first (`ValueTable.best_step`), each table's GPUs its budget, and each tenant's budget on a table's type too.
 
     One table per GPU type, every job in each (one table: the one-type search). A job's table (its type) is settled
     by its first GPUs. Ties go to the job listed first among the least-served (the artifact orders jobs by attained
@@ -144,13 +181,19 @@ def greedy_counts(tables: Sequence[ValueTable], jobs: Sequence[JobView]) -> tupl
     order = sorted(range(len(jobs)), key=lambda i: (jobs[i].attained_service_gpu_s, jobs[i].submit_time_s))
     rank = {i: r for r, i in enumerate(order)}
     free = [values.num_gpus for values in tables]
+    quotas = [None if v.budget is None else (v.budget.tenant, v.budget.gpus.copy()) for v in tables]  # GPUs left
     kind = np.full(len(jobs), -1, dtype=np.int64)
     counts = np.zeros(len(jobs), dtype=np.int64)
+
+    def room(j: int, t: int) -> int:
+        """GPUs of table t job j may still take: the type's free GPUs, within its tenant's budget there."""
+        quota = quotas[t]
+        return free[t] if quota is None else min(free[t], int(quota[1][quota[0][j]]))
 
     def best(j: int) -> tuple[float, int, int]:
         """Best (gain per GPU, table, new count) for job j within the budgets."""
         types = [int(kind[j])] if kind[j] >= 0 else range(len(tables))
-        steps = [(*tables[t].best_step(j, int(counts[j]), free[t]), t) for t in types]
+        steps = [(*tables[t].best_step(j, int(counts[j]), room(j, t)), t) for t in types]
         ratio, target, t = max(steps, key=lambda s: (s[0], -s[2]))
         return ratio, t, target
 
@@ -163,13 +206,15 @@ def greedy_counts(tables: Sequence[ValueTable], jobs: Sequence[JobView]) -> tupl
     while heap and any(free):
         _, r, t, j, target = heapq.heappop(heap)
         need = target - int(counts[j])
-        if need > free[t]:  # stale: the budget shrank since this step was computed
+        if need > room(j, t):  # stale: the budget shrank since this step was computed
             ratio, t, target = best(j)
             if ratio > 0:
                 heapq.heappush(heap, (-ratio, r, t, j, target))
             continue
         kind[j], counts[j] = t, target
         free[t] -= need
+        if (quota := quotas[t]) is not None:
+            quota[1][quota[0][j]] -= need
         ratio, t, target = best(j)
         if ratio > 0:
             heapq.heappush(heap, (-ratio, r, t, j, target))
@@ -192,6 +237,10 @@ class Layout:
         self.free = values.node_gpus.copy()
         self.spanning = np.zeros(nodes, dtype=np.int64)  # distributed jobs holding GPUs on each node
         self.on: list[set[int]] = [set() for _ in range(nodes)]  # the jobs holding GPUs on each node
+        budget = values.budget
+        self.budgeted = budget is not None
+        self.tenant_of = np.zeros(0, dtype=np.int64) if budget is None else budget.tenant  # each job's tenant
+        self.tenant_gpus = np.zeros(0 if budget is None else budget.gpus.size, dtype=np.int64)  # GPUs per tenant
         self._journal: list[tuple[int, Row, float]] | None = None
         for j, row in enumerate(rows or ()):
             if row:
@@ -223,6 +272,8 @@ class Layout:
         if used > 1:
             self.spanning[list(row)] += 1
         self.rows[job] = row
+        if self.budgeted:
+            self.tenant_gpus[self.tenant_of[job]] += count - self.gpus[job]
         self.gpus[job] = count
         self.nodes[job] = used
         self.home[job] = min(row) if used else -1
@@ -248,6 +299,19 @@ class Layout:
         journal, self._journal = self._journal or [], None
         for job, row, _ in reversed(journal):
             self.set(job, row)
+
+    def room(self, jobs: np.ndarray) -> np.ndarray | None:
+        """GPUs each of `jobs` may still take within its tenant's budget; None without budgets."""
+        budget = self.values.budget
+        if budget is None:
+            return None
+        tenant = budget.tenant[jobs]
+        return np.maximum(budget.gpus[tenant] - self.tenant_gpus[tenant], 0)
+
+    def within_budget(self) -> bool:
+        """Whether no tenant holds more GPUs than its budget (always, without budgets)."""
+        budget = self.values.budget
+        return budget is None or bool(np.all(self.tenant_gpus <= budget.gpus))
 
     def allocation(self, job: int) -> Allocation:
         if self.kept[job]:
@@ -281,7 +345,7 @@ class Layout:
 
 def grow(layout: Layout, jobs: Sequence[int], avoid_interference: bool, reshape: bool = True) -> None:
     """Hand the free GPUs to `jobs`, one step at a time, the best gain per GPU first (ties: the job listed first),
-    while any step gains.
+    while any step gains, and never past a tenant's budget (`TenantBudget`).
 
     A job's step: more GPUs on its own nodes, the freest first, then (unless a node of its own hosts another
     distributed job, when avoiding interference) onto the freest nodes no other distributed job holds; or, for a
@@ -349,6 +413,9 @@ class _Steps:
         if not self.reshape:
             self.blocked |= used == 1
         reach = self.own_free + np.where(self.blocked, 0, spread_free)
+        self.quota = layout.room(jobs)  # within the tenants' budgets, where there are any
+        if self.quota is not None:
+            reach = np.minimum(reach, self.quota)
         self.limit = np.where(used > 0, np.minimum(np.maximum(self.top - self.have, 0), reach), 0)
 
     def _grow(self) -> None:
@@ -386,6 +453,8 @@ class _Steps:
         stay = (home == freest) | (home_room > free[freest]) | ((home_room == free[freest]) & (home < freest))
         target = np.where((home >= 0) & stay, home, freest)
         most = np.minimum(free[target] + np.where(target == home, have, 0), self.top[movable])
+        if self.quota is not None:
+            most = np.minimum(most, have + self.quota[movable])
         keep = self.keep[movable]
         kept = (self.current_home[movable] == target) & (keep > -np.inf)
         kept = kept[:, None] & (self.current[movable][:, None] == t)

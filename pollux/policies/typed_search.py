@@ -17,12 +17,16 @@ the same values (`counts_by_program`, which usually does better); the round keep
 the current allocation is worth its undiscounted value on the current type only, so a job changes type only when
 the gain outweighs the restart. A job left without GPUs joins the type where one GPU is worth most to it, so that
 type's fill and polish may still give it GPUs.
+
+**Tenants.** Under the tenants' budgets (`PolluxPolicy.optimize_within`) each type's value table carries that type's
+`TenantBudget`: the count greedy and the program (one row per tenant and type) keep every tenant within its budget
+on every type, and so does each type's search; a waiting job joins a type where its tenant has GPUs left, if any.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -31,7 +35,7 @@ import numpy as np
 from pollux.cluster import Allocation, Cluster
 from pollux.goodput import ThroughputParams, scaled_params
 from pollux.policies.base import JobView
-from pollux.policies.search_state import Layout, Row, ValueTable, greedy_counts, sparse_row
+from pollux.policies.search_state import Layout, Row, ValueTable, greedy_counts, sparse_row, tenant_budget
 from pollux.policies.speedup import fair_share_base, goodput_table
 
 
@@ -103,9 +107,15 @@ def view_on(job: JobView, piece: TypeSlice) -> JobView:
 
 
 def typed_value_tables(
-    policy: OneTypeSearch, jobs: Sequence[JobView], cluster: Cluster, pieces: Sequence[TypeSlice], now: float
+    policy: OneTypeSearch,
+    jobs: Sequence[JobView],
+    cluster: Cluster,
+    pieces: Sequence[TypeSlice],
+    now: float,
+    budgets: Mapping[str, Mapping[str, int]] | None = None,
 ) -> list[ValueTable]:
-    """One value table per type over every job (a job that may not run on a type can hold 0 GPUs there)."""
+    """One value table per type over every job (a job that may not run on a type can hold 0 GPUs there), each with
+    the tenants' budgets on its type where there are `budgets`."""
     fair = max(1, math.ceil(cluster.num_gpus / len(jobs)))
     scale = cluster.num_nodes / cluster.num_gpus
     weights = [piece.cluster.num_gpus / cluster.num_gpus for piece in pieces]
@@ -149,12 +159,13 @@ def typed_value_tables(
             piece.restrict(job.allocation) if entry is None else entry[0].allocation
             for job, entry in zip(jobs, column, strict=True)
         ]
-        tables.append(ValueTable(rows, keep, current, allocations, piece.cluster))
+        budget = None if budgets is None else tenant_budget(jobs, budgets, piece.gpu_type, piece.cluster.num_gpus)
+        tables.append(ValueTable(rows, keep, current, allocations, piece.cluster, budget))
     return tables
 
 
 def sub_table(values: ValueTable, jobs: Sequence[int], cluster: Cluster) -> ValueTable:
-    """The rows of `jobs` only (the jobs a type's search places)."""
+    """The rows of `jobs` only (the jobs a type's search places), under the same tenants' budgets."""
     width = [int(values.max_gpus[j]) + 1 for j in jobs]
     return ValueTable(
         [values.table[:, j, :w] for j, w in zip(jobs, width, strict=True)],
@@ -162,6 +173,7 @@ def sub_table(values: ValueTable, jobs: Sequence[int], cluster: Cluster) -> Valu
         [values.current[j] for j in jobs],
         [values.allocations[j] for j in jobs],
         cluster,
+        None if values.budget is None else values.budget.of(jobs),
     )
 
 
@@ -187,10 +199,11 @@ def counts_by_program(
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """(type index, GPUs) per job maximizing the sum of the jobs' values under every type's GPUs: a multiple-choice
     knapsack, solved as a mixed-integer program (HiGHS), as Sia solves its own. Each (job, type) offers the counts
-    on the upper concave envelope of its values and its current count (where it keeps its allocation). None when
-    HiGHS returns no solution within `time_limit_s`; -1 where a job gets nothing."""
+    on the upper concave envelope of its values and its current count (where it keeps its allocation); under the
+    tenants' budgets, one more row per tenant and type that its budget can bind. None when HiGHS returns no solution
+    within `time_limit_s`; -1 where a job gets nothing."""
     from scipy.optimize import Bounds, LinearConstraint, milp
-    from scipy.sparse import csr_array
+    from scipy.sparse import csr_array, vstack
 
     num_jobs = tables[0].num_jobs
     job_of, type_of, count_of, gain_of = [], [], [], []
@@ -218,6 +231,10 @@ def counts_by_program(
     one_each = csr_array((np.ones(len(columns)), (job_of, columns)), shape=(num_jobs, len(columns)))
     per_type = csr_array((np.array(count_of, dtype=np.float64), (type_of, columns)), shape=(len(tables), len(columns)))
     capacities = np.array([piece.cluster.num_gpus for piece in pieces], dtype=np.float64)
+    quota_rows, quotas = tenant_rows(tables, np.array(job_of), np.array(type_of), np.array(count_of))
+    if quotas.size:  # the tenants' budgets: more rows of the same kind as the capacities
+        per_type = csr_array(vstack([per_type, csr_array(quota_rows)]))
+        capacities = np.concatenate([capacities, quotas])
     gains = np.array(gain_of) / max(gain_of)
     jobs_of, counts_of, types_of = np.array(job_of), np.array(count_of), np.array(type_of)
 
@@ -245,6 +262,8 @@ def counts_by_program(
     chosen = columns[whole]
     if split_jobs.size:
         used = np.bincount(types_of[chosen], weights=counts_of[chosen], minlength=len(tables))
+        if quotas.size:
+            used = np.concatenate([used, quota_rows[:, chosen].sum(axis=1)])
         rest = columns[np.isin(jobs_of, split_jobs)]
         settled = solve(rest, capacities - used, integral=True)
         if settled is None:
@@ -253,6 +272,27 @@ def counts_by_program(
     for c in chosen.tolist():
         kind[job_of[c]], counts[job_of[c]] = type_of[c], count_of[c]
     return kind, counts
+
+
+def tenant_rows(
+    tables: Sequence[ValueTable], job_of: np.ndarray, type_of: np.ndarray, count_of: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The program's rows for the tenants' budgets: (GPUs each choice takes from the row's tenant and type, the
+    budget) for each tenant and type whose budget can bind, that is, below both the type's GPUs and the most its
+    jobs could take there together (each its largest choice). No rows where the tables carry no budgets."""
+    rows, bounds = [], []
+    for t, values in enumerate(tables):
+        budget = values.budget
+        if budget is None:
+            continue
+        on_type = type_of == t
+        most = np.zeros(values.num_jobs)
+        np.maximum.at(most, job_of[on_type], count_of[on_type])
+        wanted = np.bincount(budget.tenant, weights=most, minlength=budget.gpus.size)
+        for tenant in np.flatnonzero((budget.gpus < values.num_gpus) & (wanted > budget.gpus)).tolist():
+            rows.append(np.where(on_type & (budget.tenant[job_of] == tenant), count_of, 0.0))
+            bounds.append(float(budget.gpus[tenant]))
+    return np.array(rows, dtype=np.float64).reshape(len(rows), job_of.size), np.array(bounds, dtype=np.float64)
 
 
 def choice_value(tables: Sequence[ValueTable], kind: np.ndarray, counts: np.ndarray) -> float:
@@ -265,17 +305,34 @@ def choice_value(tables: Sequence[ValueTable], kind: np.ndarray, counts: np.ndar
     return total
 
 
+def quota_left(tables: Sequence[ValueTable], kind: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """left[t, j]: whether job j's tenant has GPUs of type t left once every job holds its chosen type and count
+    (everywhere, without budgets)."""
+    left = np.ones((len(tables), kind.size), dtype=bool)
+    for t, values in enumerate(tables):
+        budget = values.budget
+        if budget is not None:
+            left[t] = (budget.gpus - budget.held(np.where(kind == t, counts, 0)))[budget.tenant] > 0
+    return left
+
+
 def optimize_typed(
-    policy: OneTypeSearch, jobs: Sequence[JobView], cluster: Cluster, now: float
+    policy: OneTypeSearch,
+    jobs: Sequence[JobView],
+    cluster: Cluster,
+    now: float,
+    budgets: Mapping[str, Mapping[str, int]] | None = None,
 ) -> tuple[dict[str, Allocation], list[float]]:
-    """Allocations on every type (module docstring) and every job's value, in job order."""
+    """Allocations on every type (module docstring) and every job's value, in job order; with `budgets`, every
+    tenant's GPUs of each type within `budgets[tenant][type]`."""
     pieces = type_slices(cluster)
-    tables = typed_value_tables(policy, jobs, cluster, pieces, now)
+    tables = typed_value_tables(policy, jobs, cluster, pieces, now, budgets)
     greedy = greedy_counts(tables, jobs)
     chosen = counts_by_program(tables, pieces)
     kind, counts = greedy if chosen is None or choice_value(tables, *greedy) > choice_value(tables, *chosen) else chosen
-    for j in np.flatnonzero(kind < 0).tolist():  # waiting: where one GPU is worth most
-        kind[j] = max(range(len(tables)), key=lambda t: (float(tables[t].natural[j, 1]), -t))
+    left = quota_left(tables, kind, counts)
+    for j in np.flatnonzero(kind < 0).tolist():  # waiting: where its tenant has GPUs left, one GPU is worth most
+        kind[j] = max(range(len(tables)), key=lambda t: (bool(left[t, j]), float(tables[t].natural[j, 1]), -t))
     placed: dict[str, Allocation] = {}
     value = np.zeros(len(jobs))
     for t, piece in enumerate(pieces):
