@@ -19,7 +19,8 @@ and whole-GPU budgets (`pollux.tenants`). Then:
 - a job of a tenant holding more than its budget on a type (GPUs it borrowed that their owner now needs) loses its
   lease (`reclaimable`), and `enforce` takes the excess back: from elastic jobs by shrinking the largest first (each
   keeps at least one GPU, and its minimum), preempting only where nothing can shrink; from fixed-size jobs by
-  stopping the latest submitted first.
+  stopping the latest submitted first. Jobs the round starts or moves give back before jobs that keep their GPUs
+  (those would pay a restart of their own).
 
 Without a tenants file there is no layer at all (the engine skips it), so results stay byte-identical.
 """
@@ -195,19 +196,23 @@ class QuotaLayer:
             gpu_type = cluster.allocation_type(alloc)
             if gpu_type is not None and name in by_name:
                 use.setdefault((by_name[name].tenant, gpu_type), []).append(name)
+        # A job the round moves or starts gives back first: it restarts anyway (or has not started), while cutting
+        # a job that keeps its GPUs (a lease, say) would cost it a restart of its own.
+        moved = {name for name, alloc in result.items() if name in by_name and alloc != by_name[name].allocation}
         for (tenant, gpu_type), names in sorted(use.items()):
             excess = sum(num_gpus(result[n]) for n in names) - plan.budget(tenant, gpu_type)
-            if sizes_jobs:  # shrink the largest first, down to one GPU (or its minimum) each
+            if sizes_jobs:  # shrink the largest first (moved ones before), down to one GPU (or its minimum) each
                 while excess > 0:
                     shrinkable = [n for n in names if num_gpus(result[n]) > max(by_name[n].min_gpus, 1) and n in result]
                     if not shrinkable:
                         break
-                    name = max(shrinkable, key=lambda n: (num_gpus(result[n]), by_name[n].submit_time_s, n))
+                    name = max(shrinkable, key=lambda n: (n in moved, num_gpus(result[n]), by_name[n].submit_time_s, n))
                     give = min(excess, num_gpus(result[name]) - max(by_name[name].min_gpus, 1))
                     result[name] = _shrink(result[name], give)
                     excess -= give
                     reasons[name] = f"shrunk: tenant {tenant} is over its quota of {gpu_type} GPUs"
-            for name in sorted(names, key=lambda n: (-by_name[n].submit_time_s, n)):  # then stop, latest first
+            # then stop: moved ones first, the latest submitted first
+            for name in sorted(names, key=lambda n: (n not in moved, -by_name[n].submit_time_s, n)):
                 if excess <= 0:
                     break
                 if name in result:

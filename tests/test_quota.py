@@ -113,3 +113,12 @@ def test_the_leases_of_a_tenant_holding_more_than_its_budget_end_early():
     plan = plan_of({"a": 4, "b": 4}, held={"a": 6, "b": 2})
     assert QuotaLayer(TWO).reclaimable(jobs, plan, CLUSTER) == {"a1", "a2"}
     assert QuotaLayer(TWO).reclaimable(jobs, plan_of({"a": 6, "b": 2}, held={"a": 6, "b": 2}), CLUSTER) == set()
+
+
+def test_enforcement_takes_gpus_back_from_the_jobs_the_round_moves_before_those_that_keep_theirs():
+    """A leased job that keeps its 4 GPUs is not cut for a sibling the round grows: the sibling gives back."""
+    cluster = Cluster(3, 4)
+    jobs = [job("kept", "a", held=(4, 0, 0)), job("grown", "a", held=(0, 1, 0), submit=5)]
+    allocations = {"kept": (4, 0, 0), "grown": (0, 3, 0)}
+    enforced, reasons = QuotaLayer(TWO).enforce(jobs, allocations, plan_of({"a": 5, "b": 4}), cluster, True)
+    assert enforced == {"kept": (4, 0, 0), "grown": (0, 1, 0)} and set(reasons) == {"grown"}
