@@ -103,6 +103,8 @@ class Scheduler:
         else:
             plan = self.quota.plan(jobs, cluster, now, sizes_jobs)
             if self.policy.tenant_aware:
+                if not sizes_jobs:  # fixed sizes: what admission lends grows the budgets, or a job larger than its
+                    _, _, plan = self.quota.admit(jobs, plan, cluster, sizes_jobs)  # tenant's share waits for ever
                 result = self.policy.optimize_within(jobs, cluster, now, plan.budgets)
             else:
                 admitted, waits, plan = self.quota.admit(jobs, plan, cluster, sizes_jobs)

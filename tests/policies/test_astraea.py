@@ -233,6 +233,19 @@ def test_behind_the_quota_layer_a_borrowing_tenant_gives_back_its_gpus_within_on
     assert {d.job: d.kind for d in backend.applied} == {"a2": "stop", "a3": "stop", "b0": "start", "b1": "start"}
 
 
+def test_a_job_larger_than_its_tenants_share_runs_on_what_the_others_leave_idle():
+    """Guarantees 3/3/2 on 8 GPUs, and each tenant's job asks for more than its guarantee: without the quota layer's
+    lending every job would wait for ever on an idle cluster (a Philly-VC workload did). The oldest is lent idle GPUs
+    and starts."""
+    tenants = Tenants(
+        (Tenant("a", guaranteed={"aws": 3}), Tenant("b", guaranteed={"aws": 3}), Tenant("c", guaranteed={"aws": 2}))
+    )
+    jobs = [job("b1", "b", 4, num_nodes=1), job("a1", "a", 4, num_nodes=1), job("c1", "c", 3, num_nodes=1)]
+    jobs = [replace(j, submit_time_s=float(k)) for k, j in enumerate(jobs)]
+    result = Scheduler(AstraeaPolicy(), Views(Cluster(2, 4), jobs), quota=QuotaLayer(tenants)).step(now=60.0)
+    assert "b1" in result.allocations and sum(result.allocations["b1"]) == 4
+
+
 def test_the_simulator_runs_astraea_to_the_end_of_a_small_workload():
     """What `pollux simulate -p astraea` runs: the registry's policy through the simulator's engine."""
     models = load_catalog()
