@@ -26,7 +26,7 @@ def stop_at(workdir, env, step):
     progress = workdir / "progress.txt"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and procs[0].poll() is None:
-        if progress.exists() and progress.read_text() and int(progress.read_text()) >= step:
+        if progress.exists() and (text := progress.read_text()) and int(text) >= step:
             break
         time.sleep(0.02)
     procs[0].send_signal(signal.SIGTERM)

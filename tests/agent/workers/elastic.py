@@ -75,7 +75,9 @@ def main() -> None:
             seen.write("".join(f"{epoch} {i}\n" for i in index.tolist()))
             seen.flush()
             if agent.rank == 0:
-                (workdir / "progress.txt").write_text(str(agent.steps))
+                # written whole then renamed: the tests poll this file and must never read it half-written
+                (workdir / "progress.tmp").write_text(str(agent.steps))
+                os.replace(workdir / "progress.tmp", workdir / "progress.txt")
             if args.hold_at_step is not None and agent.steps >= args.hold_at_step:
                 deadline = time.monotonic() + 120
                 while not agent.stop_requested_locally and time.monotonic() < deadline:
