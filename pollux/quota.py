@@ -8,8 +8,9 @@ and whole-GPU budgets (`pollux.tenants`). Then:
 - a tenant-aware policy (`Policy.tenant_aware`: `pollux`, `astraea`) searches within the budgets itself
   (`Policy.optimize_within`);
 - any other policy sees only the jobs admitted under their tenant's budget (`admit`: a fixed-size job when its
-  request fits what its tenant has left, in the tenant's order: running jobs first, then by submission; an elastic
-  job with its GPU bound cut to its tenant's budget), and its allocations are held to the budgets (`enforce`);
+  request fits what its tenant has left on one GPU type, in the tenant's order: running jobs first, then by
+  submission, a waiting one then allowed to start on that type only; an elastic job with its GPU bound cut to its
+  tenant's budget), and its allocations are held to the budgets (`enforce`);
 - budgets are fractions of GPUs rounded, not sizes of jobs: a tenant whose next fixed-size job asks for more than
   its budget has left would wait while its GPUs idle (and when every tenant is so placed, the cluster idles for
   ever). So what the first pass of admission leaves unused is lent, as Kueue's cohorts lend unused quota: fixed-size
@@ -111,7 +112,7 @@ class QuotaLayer:
                 fits = [t for t in candidates if room.get(t, 0) >= job.requested_gpus]
                 if fits:
                     room[fits[0]] -= job.requested_gpus
-                    admitted.append(job)
+                    admitted.append(_pinned(job, fits[0], held_type))
                     continue
             budget = sum(plan.budget(job.tenant, t) for t in types)
             reasons[job.name] = f"waiting: tenant {job.tenant} is at its quota ({budget} GPUs this round)"
@@ -166,7 +167,7 @@ class QuotaLayer:
             using[gpu_type] = using.get(gpu_type, 0) + job.requested_gpus
             per_type = grown.setdefault(job.tenant, {})
             per_type[gpu_type] = max(per_type.get(gpu_type, 0), using[gpu_type])
-            admitted.append(job)
+            admitted.append(_pinned(job, gpu_type, held_type))
             del reasons[job.name]
         return replace(plan, budgets=grown) if grown != plan.budgets else plan
 
@@ -219,6 +220,15 @@ class QuotaLayer:
                     excess -= num_gpus(result.pop(name))
                     reasons[name] = f"waiting: tenant {tenant} is over its quota of {gpu_type} GPUs"
         return result, reasons
+
+
+def _pinned(job: JobView, gpu_type: str, held_type: str | None) -> JobView:
+    """A waiting fixed-size job admitted against its tenant's budget on `gpu_type` may start only there: placed on
+    another type by the policy, enforcement would stop it as over that type's budget, round after round (a job left
+    waiting for 60 simulated days on an idle typed cluster). A running job keeps its types (a policy may move it)."""
+    if held_type is not None or job.gpu_types == (gpu_type,):
+        return job
+    return replace(job, gpu_types=(gpu_type,))
 
 
 def _shrink(allocation: Allocation, gpus: int) -> Allocation:
