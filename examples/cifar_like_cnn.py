@@ -52,16 +52,25 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=5000, help="training images")
     parser.add_argument("--checkpoint-dir", default=os.environ.get("POLLUX_CHECKPOINT_DIR"))
     parser.add_argument("--report-path", default=os.environ.get("POLLUX_REPORT_PATH"))
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="cuda: this process's GPU (LOCAL_RANK); the default where torch sees one",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     torch.set_num_threads(1)
 
     agent = pa.init_process_group("gloo", checkpoint_dir=args.checkpoint_dir, report_path=args.report_path)
     train, test = synthetic_images(args.examples, seed=0), synthetic_images(1000, seed=1)
+    device = torch.device("cuda", agent.local_rank) if args.device == "cuda" else torch.device("cpu")
     torch.manual_seed(0)
-    model = small_cnn()
+    model = small_cnn().to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    ddp = pa.AdaptiveDataParallel(model, optimizer, scaling_rule=pa.SqrtScale())
+    ddp = pa.AdaptiveDataParallel(
+        model, optimizer, scaling_rule=pa.SqrtScale(), device_ids=None if device.type == "cpu" else [device.index]
+    )
     loader = pa.AdaptiveDataLoader(train, batch_size=64, shuffle=True)
     loader.autoscale_batch_size(max_batch_size=1024, local_bsz_bounds=(16, 128), gradient_accumulation=True)
 
@@ -69,6 +78,7 @@ def main() -> None:
         ddp.train()
         total, count = 0.0, 0
         for x, y in loader:
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             optimizer.zero_grad()
             loss = torch.nn.functional.cross_entropy(ddp(x), y)
             loss.backward()
@@ -77,7 +87,7 @@ def main() -> None:
         if agent.rank == 0:
             model.eval()
             with torch.no_grad():
-                x, y = test.tensors
+                x, y = (t.to(device) for t in test.tensors)
                 accuracy = (model(x).argmax(dim=1) == y).float().mean().item()
             phi = ddp.noise_scale
             print(

@@ -36,6 +36,12 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--checkpoint-dir", default=os.environ.get("POLLUX_CHECKPOINT_DIR"))
     parser.add_argument("--report-path", default=os.environ.get("POLLUX_REPORT_PATH"))
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="cuda: this process's GPU (LOCAL_RANK); the default where torch sees one",
+    )
     parser.add_argument("--lr", type=float, default=0.05)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -43,11 +49,18 @@ def main() -> None:
 
     agent = pa.init_process_group("gloo", checkpoint_dir=args.checkpoint_dir, report_path=args.report_path)
     train, test = digits()
+    device = torch.device("cuda", agent.local_rank) if args.device == "cuda" else torch.device("cpu")
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=max(args.epochs // 3, 1), gamma=0.3)
-    ddp = pa.AdaptiveDataParallel(model, optimizer, scheduler, scaling_rule=pa.AdaScale())
+    ddp = pa.AdaptiveDataParallel(
+        model,
+        optimizer,
+        scheduler,
+        scaling_rule=pa.AdaScale(),
+        device_ids=None if device.type == "cpu" else [device.index],
+    )
     loader = pa.AdaptiveDataLoader(train, batch_size=32, shuffle=True)
     loader.autoscale_batch_size(max_batch_size=512, local_bsz_bounds=(8, 128), gradient_accumulation=True)
 
@@ -55,6 +68,7 @@ def main() -> None:
         ddp.train()
         total, count = 0.0, 0
         for x, y in loader:
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             optimizer.zero_grad()
             loss = torch.nn.functional.cross_entropy(ddp(x), y)
             loss.backward()
@@ -63,7 +77,7 @@ def main() -> None:
         scheduler.step()
         if agent.rank == 0:
             with torch.no_grad():
-                x, y = test.tensors
+                x, y = (t.to(device) for t in test.tensors)
                 accuracy = (model(x).argmax(dim=1) == y).float().mean().item()
             phi = ddp.noise_scale
             print(

@@ -20,6 +20,7 @@ import socket
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -29,7 +30,6 @@ import torch
 import torch.distributed as dist
 
 from pollux.agent import environment
-from pollux.agent.adapt import refit
 from pollux.agent.checkpoint import CheckpointStore
 from pollux.agent.report import (
     BatchInUse,
@@ -43,7 +43,14 @@ from pollux.agent.report import (
 from pollux.agent.rng import capture_rng, restore_rng
 from pollux.agent.steps import StepTiming, StepTracker
 from pollux.errors import AgentError, CheckpointError
-from pollux.goodput import BatchConfig, GradientStats, ThroughputLog, ThroughputParams, decide_batch
+from pollux.goodput import (
+    BatchConfig,
+    GradientStats,
+    ThroughputLog,
+    ThroughputParams,
+    decide_batch,
+    fit_throughput,
+)
 
 if TYPE_CHECKING:
     from pollux.agent.data import AdaptiveDataLoader
@@ -53,6 +60,9 @@ LOG = logging.getLogger("pollux.agent")
 
 CHECKPOINT_FORMAT = 1
 REPORT_INTERVAL_S = 2.0  # a running job rewrites its report at most this often (the scheduler polls far less)
+# A throughput fit (a few ms of scipy) runs on a background thread of rank 0, started this many steps before the
+# batch decision that uses it, so the replicas do not wait for it; the decision waits only if it is not done yet.
+FIT_LEAD_STEPS = 5
 # Periodic checkpoints bound what a crash (of a worker, a node, or everything) loses to one interval. Without a
 # setting, the interval follows the measured cost of a save: at least AUTO_CHECKPOINT_MIN_S, and long enough that
 # saving takes at most 1/AUTO_CHECKPOINT_COST_FACTOR of the time (1%; see benchmarks/kill_recovery for the costs).
@@ -245,7 +255,10 @@ class AgentContext:
         self._rng_pending: list[dict[str, Any]] | None = None
         self._previous_sigterm: Any = None
         self._warned_no_store = False
-        self._fitted_at = -float("inf")  # time.monotonic() of the last throughput fit (rank 0)
+        self._fitted_at = -float("inf")  # time.monotonic() of the last throughput fit started (rank 0)
+        self._background: ThreadPoolExecutor | None = None  # rank 0: fits and report writes, off the training thread
+        self._fit: tuple[str, Future[ThroughputParams]] | None = None  # (GPU type, the fit in flight)
+        self._report_write: Future[Any] | None = None
         self._checkpointed_at: float | None = None  # of the last save, or of the first step (start-up is not work)
         self._reported_at = -float("inf")
 
@@ -368,16 +381,41 @@ class AgentContext:
         return self.model.noise.grad_stats(loader.batch_size)
 
     def refit_throughput(self, min_interval_s: float) -> None:
-        """Rank 0: refit the throughput model if `min_interval_s` has passed since the last fit (a fit costs a few
-        milliseconds that every replica waits for; step times drift slowly, so a fit every few seconds suffices)."""
+        """Rank 0: refit the throughput model now if `min_interval_s` has passed since the last fit (a fit costs a
+        few milliseconds that every replica waits for; step times drift slowly, so a fit every few seconds
+        suffices), after adopting any fit started in the background."""
+        self.collect_refit()
+        self.start_refit(min_interval_s)
+        self.collect_refit()
+
+    def start_refit(self, min_interval_s: float) -> None:
+        """Rank 0: start a throughput fit on the background thread, on the step times logged so far, if
+        `min_interval_s` has passed since the last one started and none is in flight."""
         now = time.monotonic()
-        if self.throughput_params is not None and now - self._fitted_at < min_interval_s:
+        if self._fit is not None or (self.throughput_params is not None and now - self._fitted_at < min_interval_s):
             return
-        try:
-            self.throughput_params = refit(self.throughput_log, self.throughput_params) or self.throughput_params
-        except ValueError as exc:  # a degenerate fit must not kill the job: keep the previous one
-            LOG.warning("throughput fit failed (%s); keeping the previous fit", exc)
+        samples = self.throughput_log.samples()
+        if samples is None:
+            return
+        self._fit = (self.type_key, self._worker().submit(fit_throughput, samples, initial=self.throughput_params))
         self._fitted_at = now
+
+    def collect_refit(self) -> None:
+        """Rank 0: wait for the fit in flight, if any, and adopt it (a degenerate fit must not kill the job: the
+        previous one is kept)."""
+        fit, self._fit = self._fit, None
+        if fit is None:
+            return
+        key, future = fit
+        try:
+            self.params_by_type[key] = future.result()
+        except ValueError as exc:
+            LOG.warning("throughput fit failed (%s); keeping the previous fit", exc)
+
+    def _worker(self) -> ThreadPoolExecutor:
+        if self._background is None:
+            self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pollux-agent")
+        return self._background
 
     def decide_batch(self, loader: AdaptiveDataLoader) -> bool:
         """Collective: rank 0 picks (m, s) for the current allocation from its latest fit, everyone adopts it.
@@ -428,6 +466,8 @@ class AgentContext:
             self.checkpoint_and_exit()
         if mid_epoch and self._periodic_checkpoint_agreed():
             self.save_checkpoint()
+        if self.rank == 0 and (self.steps + FIT_LEAD_STEPS) % loader.adapt_interval_steps == 0:
+            self.start_refit(loader.refit_interval_s)
         if self.steps % loader.adapt_interval_steps != 0:
             return False
         changed = self.decide_batch(loader)
@@ -619,13 +659,26 @@ class AgentContext:
         return bounds
 
     def write_report(self, status: Status) -> None:
-        """Rank 0 rewrites the report file atomically (if a report path is set)."""
+        """Rank 0 rewrites the report file atomically (if a report path is set). A running job's report is written
+        on the background thread (skipped while the previous one is still being written); a final one here, after
+        any write still in flight, so nothing overwrites it."""
         if self.rank != 0 or self.report_path is None:
             return
         report = self.build_report(status)
-        if report is not None:
-            write_report(self.report_path, report)
-            self._reported_at = time.monotonic()
+        if report is None:
+            return
+        self._reported_at = time.monotonic()
+        previous = self._report_write
+        if status == "running":
+            if previous is None or previous.done():
+                if previous is not None:
+                    previous.result()  # a failed write raises here, as it would have in the loop
+                self._report_write = self._worker().submit(write_report, self.report_path, report)
+            return
+        if previous is not None:
+            self._report_write = None
+            previous.result()
+        write_report(self.report_path, report)
 
     # -- teardown ---------------------------------------------------------------------------------------------
 
@@ -635,6 +688,9 @@ class AgentContext:
             with contextlib.suppress(ValueError):  # not the main thread
                 signal.signal(signal.SIGTERM, self._previous_sigterm)
             self._previous_sigterm = None
+        if self._background is not None:
+            self._background.shutdown(wait=True)  # a report still being written is finished
+            self._background, self._fit, self._report_write = None, None, None
         model = self.model
         if model is not None:
             model.detach_agent()

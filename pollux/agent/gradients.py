@@ -38,7 +38,7 @@ class GradientMeter:
         self.collecting = False
         self._denoms: dict[int, torch.Tensor] | None = None
         self._local: list[torch.Tensor] = []
-        self._prev: tuple[list[torch.Tensor], float, float] | None = None  # (gradient, its |.|², batch size)
+        self._prev: tuple[list[torch.Tensor], torch.Tensor, int] | None = None  # (gradient, its |.|², batch size)
         self._handles = [p.register_hook(functools.partial(self._on_grad, id(p))) for p in self.params]
 
     @property
@@ -53,13 +53,14 @@ class GradientMeter:
             local = grad if denom is None else grad / denom
             self._local.append(torch.linalg.vector_norm(local.detach()))
 
-    def take_local_sqr(self) -> float:
-        """Σ over this process's micro-gradients since the last call of |g_micro|²; resets the sum."""
+    def take_local_sqr(self) -> torch.Tensor | None:
+        """Σ over this process's micro-gradients since the last call of |g_micro|² (a float64 tensor on the
+        gradients' device, not read back: no host-device synchronisation); resets the sum. None if none."""
         if not self._local:
-            return 0.0
+            return None
         norms = torch.stack(self._local).double()
         self._local = []
-        return float(norms.pow(2).sum())
+        return norms.pow(2).sum()
 
     def preconditioned_grads(self) -> list[torch.Tensor]:
         """The optimizer's gradients, divided by the Adam denominator where there is one (new tensors then)."""
@@ -70,45 +71,60 @@ class GradientMeter:
         return [g if d is None else g / d for g, d in zip(grads, denoms, strict=True)]
 
     @staticmethod
-    def sqr_norm(tensors: Sequence[torch.Tensor]) -> float:
+    def sqr_norm(tensors: Sequence[torch.Tensor]) -> torch.Tensor | None:
+        """|tensors|² over all of them, as a float64 tensor (not read back); None for no tensors."""
         if not tensors:
-            return 0.0
-        return float(torch.stack(torch._foreach_norm(list(tensors))).double().pow(2).sum())
+            return None
+        return torch.stack(torch._foreach_norm(list(tensors))).double().pow(2).sum()
 
-    def consecutive_pair(self, grads: list[torch.Tensor], grads_sqr: float, batch_size: float) -> tuple[float, float]:
-        """(mean |G_small|², |G_big|²) from this step's and the previous step's gradient (big = their mean), for
-        every second step: pairs do not overlap, so they are independent and the copy is needed half the time.
-        Returns (nan, nan) on the first step of a pair, keeping a copy of `grads` for the second."""
+    def consecutive_pair(
+        self, grads: list[torch.Tensor], grads_sqr: torch.Tensor, batch_size: int
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(|G_small|² summed over the two small gradients, |G_big|²) from this step's and the previous step's
+        gradient (big = their mean), for every second step: pairs do not overlap, so they are independent and the
+        copy is needed half the time. None on the first step of a pair, keeping a copy of `grads` for the second."""
         prev = self._prev
         if prev is None or prev[2] != batch_size or len(prev[0]) != len(grads):
             self._prev = ([g.detach().clone() for g in grads], grads_sqr, batch_size)
-            return float("nan"), float("nan")
+            return None
         self._prev = None
         prev_grads, prev_sqr, _ = prev
         mean = torch._foreach_add(prev_grads, grads)
         torch._foreach_mul_(mean, 0.5)
-        return 0.5 * (prev_sqr + grads_sqr), self.sqr_norm(mean)
+        big = self.sqr_norm(mean)
+        assert big is not None  # grads is not empty: its norm came in as grads_sqr
+        return prev_sqr + grads_sqr, big
 
     def forget_previous(self) -> None:
         self._local = []
         self._prev = None
 
     def refresh_preconditioner(self) -> None:
-        """After an optimizer step: 1/(sqrt(v̂)+ε) from Adam's bias-corrected second moment, per parameter."""
+        """After an optimizer step: 1/(sqrt(v̂)+ε) from Adam's bias-corrected second moment, per parameter, in three
+        fused operations per parameter group (not three per parameter)."""
         if not self.preconditioned:
             return
         denoms: dict[int, torch.Tensor] = {}
         for group in self.optimizer.param_groups:
             beta2, eps = group["betas"][1], group["eps"]
+            params, moments, corrections = [], [], []
             for p in group["params"]:
                 state = self.optimizer.state.get(p)
                 if not state or "exp_avg_sq" not in state:
                     continue
-                step = float(state["step"])
+                step = float(state["step"])  # a CPU tensor unless the optimizer is capturable
                 if step < PRECONDITIONER_WARMUP_STEPS:
                     self._denoms = None
                     return
-                denoms[id(p)] = (state["exp_avg_sq"] / (1.0 - beta2**step)).sqrt_().add_(eps)
+                params.append(p)
+                moments.append(state["exp_avg_sq"])
+                corrections.append(1.0 - beta2**step)
+            if not params:
+                continue
+            group_denoms = torch._foreach_div(moments, corrections)
+            torch._foreach_sqrt_(group_denoms)
+            torch._foreach_add_(group_denoms, eps)
+            denoms.update((id(p), d) for p, d in zip(params, group_denoms, strict=True))
         self._denoms = denoms or None
 
     def remove(self) -> None:

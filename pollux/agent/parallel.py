@@ -70,7 +70,10 @@ class AdaptiveDataParallel(DistributedDataParallel):
         self.last_lr_factor = 1.0
         self._progress_gain = AdaScale()  # progress in M0-steps is the AdaScale gain, whatever rule scales the LR
         self._meter = GradientMeter(module.parameters(), optimizer, agent.tracker)
-        self._exchange = StatisticsExchange(self.noise, statistics_interval_steps)
+        device = next((p.device for p in self._meter.params), torch.device("cpu"))
+        self._exchange = StatisticsExchange(
+            self.noise, statistics_interval_steps, distributed=agent.distributed, device=device
+        )
 
         self._inner_step = optimizer.step
         self._inner_zero_grad = optimizer.zero_grad
@@ -234,7 +237,8 @@ class AdaptiveDataParallel(DistributedDataParallel):
         num_examples: int,
         full: bool,
     ) -> None:
-        """Update the noise-scale estimate from this step's gradients, and learn whether any replica must stop.
+        """Add this step's gradient statistics to the noise-scale estimate's window, and learn whether any replica
+        must stop. Nothing is read back from the device here (pollux.agent.exchange reads once per window).
 
         Every replica computes the same numbers: the local sums are all-reduced (pollux.agent.exchange), and the
         averaged gradient is bitwise the same everywhere (DDP relies on that too), so LR factors never drift apart.
@@ -243,39 +247,34 @@ class AdaptiveDataParallel(DistributedDataParallel):
         local_sqr = meter.take_local_sqr()
         measure = full and meter.ready  # not a partial step, nor Adam's denominators still settling
         pre = meter.preconditioned_grads() if measure else []
-        global_sqr = meter.sqr_norm(pre) if measure else 0.0
-        if agent.distributed:
-            stop, due = agent.stop_requested_locally, agent.checkpoint_due()
-            self._exchange.add_step(
-                stop, due, local_sqr, global_sqr, batch_size, init_batch_size, num_examples, micro_steps, measure
-            )
-            agent.stop_agreed = agent.stop_agreed or self._exchange.stop_agreed
-            agent.checkpoint_agreed = agent.checkpoint_agreed or self._exchange.take_checkpoint_agreed()
+        global_sqr = meter.sqr_norm(pre) if measure else None
+        measured = (local_sqr, float(micro_steps), global_sqr, batch_size) if measure else None
+        if not agent.distributed:
+            agent.stop_agreed = agent.stop_agreed or agent.stop_requested_locally
+            if measured is None:
+                meter.forget_previous()
+            elif micro_steps < 2 and global_sqr is not None:  # one gradient per step: pair it with the previous
+                pair = meter.consecutive_pair(pre, global_sqr, batch_size)
+                measured = None if pair is None else (pair[0], 2.0, pair[1], 2 * batch_size)
+            self._exchange.add_step(False, False, batch_size, init_batch_size, num_examples, micro_steps, measured)
             return
-        agent.stop_agreed = agent.stop_agreed or agent.stop_requested_locally
-        if not measure:
-            meter.forget_previous()
-        elif micro_steps >= 2:
-            self.noise.update(
-                local_sqr / micro_steps,
-                batch_size / micro_steps,
-                global_sqr,
-                batch_size,
-                init_batch_size,
-                num_examples=num_examples,
-            )
-        else:
-            small, big = meter.consecutive_pair(pre, global_sqr, batch_size)
-            if math.isfinite(small):
-                self.noise.update(small, batch_size, big, 2 * batch_size, init_batch_size, num_examples=num_examples)
+        stop, due = agent.stop_requested_locally, agent.checkpoint_due()
+        self._exchange.add_step(stop, due, batch_size, init_batch_size, num_examples, micro_steps, measured)
+        agent.stop_agreed = agent.stop_agreed or self._exchange.stop_agreed
+        agent.checkpoint_agreed = agent.checkpoint_agreed or self._exchange.take_checkpoint_agreed()
 
     def flush_statistics(self) -> None:
-        """Collective: apply every step's statistics still being exchanged, agree on stop and checkpoint requests."""
+        """Collective: apply every step's statistics still pooled or being exchanged, agree on stop and checkpoint
+        requests."""
         agent = self._agent
-        if agent is not None and agent.distributed:
-            self._exchange.flush(agent.stop_requested_locally, agent.checkpoint_due())
-            agent.stop_agreed = agent.stop_agreed or self._exchange.stop_agreed
-            agent.checkpoint_agreed = agent.checkpoint_agreed or self._exchange.take_checkpoint_agreed()
+        if agent is None:
+            return
+        if not agent.distributed:
+            self._exchange.flush(False, False)
+            return
+        self._exchange.flush(agent.stop_requested_locally, agent.checkpoint_due())
+        agent.stop_agreed = agent.stop_agreed or self._exchange.stop_agreed
+        agent.checkpoint_agreed = agent.checkpoint_agreed or self._exchange.take_checkpoint_agreed()
 
 
 def _forward_to(wrapper: Callable[..., Any], inner: Callable[..., Any]) -> Callable[..., Any]:
