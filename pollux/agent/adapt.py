@@ -7,10 +7,11 @@ it on rank 0 with this fit and broadcasts the result, so every replica uses the 
 from __future__ import annotations
 
 from pollux.goodput import ThroughputLog, ThroughputParams, fit_throughput
+from pollux.goodput.fit import NOISY_BSZ_SPREAD
 
 
 def refit(log: ThroughputLog, previous: ThroughputParams | None = None) -> ThroughputParams | None:
-    """`ThroughputParams` fitted on every configuration logged (warm-started from `previous`); None before the
-    first logged step."""
+    """`ThroughputParams` fitted on every configuration logged (warm-started from `previous`), as measured times
+    (noisy) are; None before the first logged step."""
     samples = log.samples()
-    return None if samples is None else fit_throughput(samples, initial=previous)
+    return None if samples is None else fit_throughput(samples, previous, NOISY_BSZ_SPREAD)

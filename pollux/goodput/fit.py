@@ -9,7 +9,10 @@ leaves β where a few noisy points put it, and the scheduler then stops growing 
 
 Priors, for parameters the samples cannot identify (they matter: the scheduler extrapolates with them):
 - one per-GPU batch size seen → α_c pinned at half the mean compute time, so constant and per-example cost share
-  the time equally (optimistic about larger batches, which the job then measures);
+  the time equally (optimistic about larger batches, which the job then measures). Measured times (the agent's)
+  are noisy: there, sizes all within a factor of `min_bsz_spread` (a job that has crept 16 → 17) count as one, for
+  between such close sizes the slope is lost in the noise; fitted free, β_c could land on the floor, and a job whose
+  per-example cost looks free picks the largest batch it may. A profile's times (the simulator's) are exact;
 - no sample with K ≥ 2 on one node → α_r, β_r pinned at the floor: sync inside a node is assumed free until
   measured (optimistic, so the scheduler tries a second GPU; the exploration bound of 2× the largest K run keeps
   the step small). Left free with no sample to hold them, the β/α penalty would push α_r up without bound;
@@ -34,6 +37,7 @@ LOG_CEILING = np.log(1e4)
 GAMMA_REG = 1e-3
 BETA_REG = 1e-2
 INTER_NODE_FACTOR = 1.1
+NOISY_BSZ_SPREAD = 1.5  # measured per-GPU batch sizes spanning less than this factor do not identify β_c
 
 A_C, B_C, A_R, B_R, A_N, B_N, GAMMA = range(7)
 
@@ -84,14 +88,14 @@ class ThroughputSamples:
         return int(self.num_nodes.size)
 
 
-def _initial_guess(s: ThroughputSamples) -> np.ndarray:
+def _initial_guess(s: ThroughputSamples, min_bsz_spread: float) -> np.ndarray:
     """A start inside the basin: a least-squares line for compute, mean observed sync excess for α_r, α_n."""
     x = np.full(7, 1e-3)
-    if np.unique(s.local_bsz).size > 1:
+    if _slope_identifiable(s, min_bsz_spread):
         beta_c, alpha_c = np.polyfit(s.local_bsz.astype(np.float64), s.compute_time, 1)
     else:
         alpha_c = beta_c = 0.5 * float(np.mean(s.compute_time))
-        beta_c /= float(s.local_bsz[0])
+        beta_c /= float(np.mean(s.local_bsz))
     x[A_C] = max(alpha_c, 1e-4 * float(np.mean(s.compute_time)))
     x[B_C] = max(beta_c, FLOOR * 10)
     excess = s.step_time / (s.accum_steps + 1) - s.compute_time * 0.5
@@ -104,10 +108,16 @@ def _initial_guess(s: ThroughputSamples) -> np.ndarray:
     return x
 
 
-def _pinned(s: ThroughputSamples) -> dict[int, float]:
+def _slope_identifiable(s: ThroughputSamples, min_bsz_spread: float) -> bool:
+    """Whether the per-GPU batch sizes logged span enough to fit α_c and β_c apart (module docstring)."""
+    low, high = int(s.local_bsz.min()), int(s.local_bsz.max())
+    return high > low and high >= min_bsz_spread * low
+
+
+def _pinned(s: ThroughputSamples, min_bsz_spread: float) -> dict[int, float]:
     """Parameters the samples cannot identify, with the prior value each is held at (module docstring)."""
     pins: dict[int, float] = {}
-    if np.unique(s.local_bsz).size == 1:
+    if not _slope_identifiable(s, min_bsz_spread):
         pins[A_C] = 0.5 * float(np.mean(s.compute_time))
     if not np.any((s.num_replicas > 1) & (s.num_nodes == 1)):
         pins.update({A_R: FLOOR, B_R: FLOOR})
@@ -187,13 +197,17 @@ class _Objective:
         return float(loss), grad * self.free
 
 
-def fit_throughput(samples: ThroughputSamples, initial: ThroughputParams | None = None) -> ThroughputParams:
+def fit_throughput(
+    samples: ThroughputSamples, initial: ThroughputParams | None = None, min_bsz_spread: float = 1.0
+) -> ThroughputParams:
     """Fit the throughput model to `samples` (see the module docstring for the objective and the priors).
 
     `initial`: a previous fit to start from (an agent refitting after one more sample converges in a few steps).
+    `min_bsz_spread`: how far apart per-GPU batch sizes must be to identify the per-example cost (1: any two sizes,
+    for exact times; `NOISY_BSZ_SPREAD` for measured ones).
     """
-    pins = _pinned(samples)
-    x0 = _initial_guess(samples)
+    pins = _pinned(samples, min_bsz_spread)
+    x0 = _initial_guess(samples, min_bsz_spread)
     if initial is not None:
         # From the previous fit, except where it held a parameter at the floor (pinned then, or pushed there): in
         # log space that parameter's gradient is proportional to its value, so from the floor it would never move.

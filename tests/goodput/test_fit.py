@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from pollux.goodput import ThroughputParams, ThroughputSamples, compute_time, fit_throughput, iteration_time
+from pollux.goodput.fit import NOISY_BSZ_SPREAD
 
 TRUE = ThroughputParams(alpha_c=0.04, beta_c=0.003, alpha_r=0.05, beta_r=0.006, alpha_n=0.25, beta_n=0.02, gamma=1.6)
 
@@ -49,6 +50,22 @@ def test_with_one_local_batch_size_alpha_c_is_half_the_mean_compute_time():
     samples = synthetic(rng, 1, np.array([1, 1, 2, 2]), 64)
     fitted = fit_throughput(samples)
     assert fitted.alpha_c == pytest.approx(0.5 * np.mean(samples.compute_time), rel=1e-6)
+
+
+def test_between_close_local_batch_sizes_the_per_example_cost_keeps_the_one_size_prior():
+    """Measured: 16 and 17 examples per GPU, the larger one a little faster (noise). Fitted free, β_c falls to the
+    floor and an agent takes the per-example cost for free, jumping to its largest batch (a flaky agent test)."""
+    local = np.repeat([16, 17], 6)
+    t_grad = np.where(local == 16, 0.0100, 0.0099) * np.exp(np.random.default_rng(4).normal(0, 0.01, local.shape))
+    samples = ThroughputSamples.from_arrays(1, 2, local, t_grad, t_grad + 0.002)
+    fitted = fit_throughput(samples, min_bsz_spread=NOISY_BSZ_SPREAD)
+    assert fitted.alpha_c == pytest.approx(0.5 * np.mean(samples.compute_time), rel=1e-6)
+    assert fitted.beta_c == pytest.approx(0.5 * np.mean(samples.compute_time) / 16.5, rel=0.2)
+    spread = ThroughputSamples.from_arrays(1, 2, np.repeat([16, 24], 6), t_grad, t_grad + 0.002)
+    assert fit_throughput(spread, min_bsz_spread=NOISY_BSZ_SPREAD).alpha_c != pytest.approx(
+        0.5 * np.mean(spread.compute_time), rel=1e-3
+    )
+    assert fit_throughput(samples).beta_c < 1e-6  # exact times (a profile's): any two sizes count
 
 
 def test_with_at_most_two_replicas_the_per_replica_sync_terms_stay_at_the_floor():
