@@ -6,7 +6,7 @@ it on rank 0 with this fit and broadcasts the result, so every replica uses the 
 
 from __future__ import annotations
 
-from pollux.goodput import ThroughputLog, ThroughputParams, fit_throughput
+from pollux.goodput import ThroughputLog, ThroughputParams, ThroughputSamples, fit_throughput
 from pollux.goodput.fit import NOISY_BSZ_SPREAD
 
 
@@ -14,4 +14,9 @@ def refit(log: ThroughputLog, previous: ThroughputParams | None = None) -> Throu
     """`ThroughputParams` fitted on every configuration logged (warm-started from `previous`), as measured times
     (noisy) are; None before the first logged step."""
     samples = log.samples()
-    return None if samples is None else fit_throughput(samples, previous, NOISY_BSZ_SPREAD)
+    return None if samples is None else fit_measured(samples, previous)
+
+
+def fit_measured(samples: ThroughputSamples, previous: ThroughputParams | None = None) -> ThroughputParams:
+    """`fit_throughput` on measured step times: noisy, so close batch sizes do not identify the per-example cost."""
+    return fit_throughput(samples, previous, NOISY_BSZ_SPREAD)

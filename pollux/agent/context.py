@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from pollux.agent import environment
+from pollux.agent.adapt import fit_measured
 from pollux.agent.checkpoint import CheckpointStore
 from pollux.agent.report import (
     BatchInUse,
@@ -49,7 +50,6 @@ from pollux.goodput import (
     ThroughputLog,
     ThroughputParams,
     decide_batch,
-    fit_throughput,
 )
 
 if TYPE_CHECKING:
@@ -397,7 +397,7 @@ class AgentContext:
         samples = self.throughput_log.samples()
         if samples is None:
             return
-        self._fit = (self.type_key, self._worker().submit(fit_throughput, samples, initial=self.throughput_params))
+        self._fit = (self.type_key, self._worker().submit(fit_measured, samples, self.throughput_params))
         self._fitted_at = now
 
     def collect_refit(self) -> None:
