@@ -126,18 +126,21 @@ def _make_out_dir(out: Path) -> None:
 
 
 TENANT_PEERS = ("astraea",)  # schedulers of tenants' fairness: by default only where there are tenants
+NAMED_PEERS = ("themis",)  # peers of the Sia paper's Table 4 beyond Gavel: run only when named (`-p themis`)
 
 
 def default_policies(cluster: Cluster, tenants: bool = False) -> list[str]:
     """Every registered policy; on a cluster of one GPU type not `pollux-unaware`, which decides as `pollux` there;
-    `astraea`, a scheduler for fairness between tenants, only with a tenants file (a run without one stays as it
-    was)."""
+    `astraea`, a scheduler for fairness between tenants, only with a tenants file; `themis` only when named (so a
+    run without them stays as it was)."""
     from pollux.policies.registry import POLICIES
 
     return [
         name
         for name in POLICIES
-        if (cluster.heterogeneous or name != "pollux-unaware") and (tenants or name not in TENANT_PEERS)
+        if (cluster.heterogeneous or name != "pollux-unaware")
+        and (tenants or name not in TENANT_PEERS)
+        and name not in NAMED_PEERS
     ]
 
 
