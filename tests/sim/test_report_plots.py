@@ -119,6 +119,20 @@ def test_gpu_hours_by_type_is_drawn_only_where_jobs_had_several_gpu_types(result
         plt.close(fig)
 
 
+def test_sias_fairness_has_columns_only_where_the_cluster_had_several_gpu_types(results):
+    labels = [column.label for column in columns_of(results)]
+    assert "Sia worst ρ" not in labels and "worst ρ" in labels  # on one type it is ρ again
+    typed = [
+        replace(r, jobs=tuple(replace(j, gpu_seconds_by_type={"aws": j.gpu_seconds, "rtx": 0.0}) for j in r.jobs))
+        for r in results
+    ]
+    labels = [column.label for column in columns_of(typed)]
+    assert labels.index("worst ρ") + 2 == labels.index("Sia worst ρ")
+    first = report_data(typed, "typed", 8)["policies"][0]
+    worst = in_table_order(typed)[0].summary["sia_worst_fairness"]
+    assert first["cells"][labels.index("Sia worst ρ")] == f"{worst:.1f}"
+
+
 def test_the_cli_table_explains_every_column_in_its_caption(results):
     console = plain_console(width=120)
     with console.capture() as captured:
