@@ -188,6 +188,15 @@ def chosen_autoscale(
     return AutoscaleSettings(low, high)
 
 
+def table_width(results: list[SimResult]) -> int:
+    """The printed table's least width: 120 characters, and the room of each column beyond the base table's (Sia's
+    fairness, nodes, tenants), so the columns a run adds cut no header of the others short."""
+    from pollux.sim.table import COLUMNS, columns_of
+
+    added = columns_of(results)[len(COLUMNS) : -1]  # between the base columns and wall s
+    return 120 + sum(len(column.label) + 3 for column in added)
+
+
 def summary_table(results: list[SimResult], title: str) -> Table:
     """The comparison table (`pollux.sim.table`), what each column means in its caption."""
     from rich.table import Table
@@ -338,7 +347,7 @@ def simulate_command(
         num_gpus = autoscale.max_nodes * kind.gpus_per_node  # the most it may have
     title = f"{workload if not inputs.offline else 'generated workload'} on {where}"
     paths = write_outputs(results, out, title, num_gpus)
-    wide = plain_console(width=max(console.width, 120))
+    wide = plain_console(width=max(console.width, table_width(results)))
     wide.print(summary_table(results, title))
     if config.tenants is not None:
         wide.print(tenant_table(results))
