@@ -254,9 +254,10 @@ def main() -> None:
             label = f"{run.scenario} seed {run.seed} {run.cluster} {run.policy}"
             label += "" if run.with_tenants or run.only else " (no tenants)"
             label += f" ({run.only} alone)" if run.only else ""
+            fairness = "" if done[run].min_fairness is None else f", min fairness {done[run].min_fairness:.2f}"
             console.print(
-                f"[{len(done)}/{len(runs)}] {label}: {done[run].wall_s:.0f} s, "
-                f"{time.perf_counter() - started:.0f} s since start"
+                f"[{len(done)}/{len(runs)}] {label}: avg JCT {done[run].avg_jct_s / HOUR:.2f} h{fairness}; "
+                f"{done[run].wall_s:.0f} s, {time.perf_counter() - started:.0f} s since start"
             )
     if "flood" in tables:
         console.print(flood_table(args.flood_seed, flood_policies, done))
