@@ -8,12 +8,16 @@ clusters: the cluster model"):
     num_nodes = 3
     gpus_per_node = 8
 
+A preset or file followed by `:Kx` is that cluster with K times the nodes of every group: `sia-heterogeneous:32x`
+is the Sia paper's 2,048-GPU cluster of Figure 9 (its `scale_32x` workloads were made for it).
+
 Reading stays here, out of `pollux.cluster` (pure data, no I/O). A bad file is refused with one line naming the
 file, the group and the field, and what to write instead (`SpecError`), never with a traceback.
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -54,15 +58,20 @@ PRESETS: Mapping[str, Cluster] = {
 }
 DEFAULT_PRESET = "pollux-artifact"
 
+SCALE_SUFFIX = re.compile(r"^(?P<base>.+):(?P<factor>[^:]*)$")  # `NAME:Kx`: K times every group's nodes
+
 GROUP_FIELDS = ("gpu_type", "num_nodes", "gpus_per_node")
 FORMAT_HINT = "a cluster file holds [[group]] tables of gpu_type, num_nodes and gpus_per_node"
 
 
 def load_cluster(name_or_path: str, known_types: Collection[str] | None = None) -> Cluster:
-    """The preset of that name, else the cluster file at that path.
+    """The preset of that name, else the cluster file at that path; either followed by `:Kx`, scaled K times.
 
     `known_types`: the GPU types the caller can run (the simulator passes those its job models have profiles
     for); by default every type of `GPU_TYPES`. A preset or file using another type is refused."""
+    scaled = SCALE_SUFFIX.match(name_or_path)
+    if scaled and name_or_path not in PRESETS and not Path(name_or_path).is_file():
+        return load_cluster(scaled["base"], known_types).scaled(_scale_factor(name_or_path, scaled["factor"]))
     known = frozenset(GPU_TYPES if known_types is None else known_types)
     if name_or_path in PRESETS:
         cluster = PRESETS[name_or_path]
@@ -80,6 +89,17 @@ def load_cluster(name_or_path: str, known_types: Collection[str] | None = None) 
             f"name a preset or the path of a TOML file ({FORMAT_HINT})"
         )
     return read_cluster_file(path, known)
+
+
+def _scale_factor(name: str, text: str) -> int:
+    """K of a `:Kx` suffix, a whole number >= 1."""
+    digits = text.removesuffix("x")
+    if not text.endswith("x") or not digits.isdigit() or int(digits) < 1:
+        raise SpecError(
+            f"cluster {name!r}: the scale after ':' must be a whole number >= 1 followed by x, got {text!r}; "
+            "e.g. sia-heterogeneous:32x for 32 times its nodes"
+        )
+    return int(digits)
 
 
 def read_cluster_file(path: Path, known_types: Collection[str] | None = None) -> Cluster:

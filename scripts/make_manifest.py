@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from pollux.data.locate import ARTIFACTS, DATASET, Artifact, shared_data_dir
+from pollux.data.locate import ARTIFACTS, DATASET, Artifact, data_files, shared_data_dir
 from pollux.data.manifest import (
     DERIVATIONS,
     MANIFEST_FILES,
@@ -36,10 +36,10 @@ def rebuilds_itself(path: Path, derive: str) -> bool:
 
 
 def build_manifest(data_dir: Path, artifact: Artifact = DATASET) -> tuple[Manifest, list[str]]:
-    """Manifest of every file under `data_dir`, and the problems found (files the fetch could not provide)."""
+    """Manifest of every file of `data_dir` (`data_files`: the Sia scale workloads beside it included), and the
+    problems found (files the fetch could not provide)."""
     entries, problems = [], []
-    for file in sorted(p for p in data_dir.rglob("*") if p.is_file()):
-        rel = file.relative_to(data_dir).as_posix()
+    for rel, file in data_files(data_dir, artifact).items():
         origin, derive = origin_path_for(rel, artifact)
         if origin is None:
             problems.append(f"{rel}: no origin path (add a rule to pollux.data.manifest.origin_path_for)")

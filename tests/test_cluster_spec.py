@@ -102,3 +102,43 @@ def test_the_caller_may_narrow_the_known_types(tmp_path):
 def test_a_name_that_is_neither_a_preset_nor_a_file_lists_the_presets(tmp_path):
     with pytest.raises(SpecError, match=r"neither a preset .*sia-heterogeneous.* nor a file"):
         load_cluster(str(tmp_path / "nowhere.toml"))
+
+
+# ---- `NAME:Kx`: a preset or file with K times the nodes of every group (Sia's Figure 9) ----------------------------
+
+
+@pytest.mark.parametrize("factor", [1, 2, 4, 8, 16, 32])
+def test_a_scaled_preset_has_k_times_every_groups_nodes(factor):
+    cluster = load_cluster(f"sia-heterogeneous:{factor}x")
+    base = load_cluster("sia-heterogeneous")
+    assert cluster.num_gpus == 64 * factor
+    assert [(g.gpu_type, g.num_nodes, g.gpus_per_node) for g in cluster.groups] == [
+        (g.gpu_type, g.num_nodes * factor, g.gpus_per_node) for g in base.groups
+    ]
+
+
+def test_sia_figure_9s_largest_cluster_is_2048_gpus_of_three_types():
+    cluster = load_cluster("sia-heterogeneous:32x")
+    assert {t: cluster.gpus_of_type(t) for t in cluster.gpu_types} == {"aws": 768, "rtx": 768, "dgx-ext": 512}
+    assert cluster.describe() == "192×4 aws + 96×8 rtx + 64×8 dgx-ext"
+
+
+def test_a_cluster_file_scales_too(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text(GOOD)
+    assert load_cluster(f"{path}:3x") == Cluster.of_groups([NodeGroup("rtx", 9, 8), NodeGroup("quad", 3, 4)])
+
+
+@pytest.mark.parametrize("suffix", ["0x", "32", "x", "-2x", "2.5x", "", "thirtytwo"])
+def test_a_bad_scale_is_one_line_naming_the_cluster_and_the_form(suffix):
+    with pytest.raises(SpecError) as caught:
+        load_cluster(f"sia-heterogeneous:{suffix}")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"cluster 'sia-heterogeneous:{suffix}': the scale after ':' must be a whole number")
+    assert "e.g. sia-heterogeneous:32x" in message
+
+
+def test_a_scaled_name_of_no_preset_or_file_lists_the_presets():
+    with pytest.raises(SpecError, match="cluster 'sia-hetero' is neither a preset"):
+        load_cluster("sia-hetero:2x")

@@ -5,6 +5,10 @@ GPUs, workloads, published results) and the Sia SOSP'23 one (`sia-sosp23`: the s
 Philly and Helios workloads). For each it looks, in this order, at the folder given explicitly (`--data-dir`), its
 environment variable (`$POLLUX_DATA_DIR`, `$POLLUX_SIA_DATA_DIR`), the `../shared/data/<artifact>` folder beside the
 repository (development and CI), and the user cache that `pollux data fetch` fills.
+
+The Sia artifact's scale and arrival-rate workloads (its origin's `workloads/scale/`, Figures 7 and 9) belong to
+`sia-sosp23` under `workloads/scale/`; `../shared/data` keeps them, for now, in a folder of their own beside it
+(`sia-sosp23-scale/workloads/`), which `sia_scale_dir` reads where the data folder lacks them.
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ DATA_DIR_ENVS: dict[Artifact, str] = {DATASET: DATA_DIR_ENV, SIA_DATASET: SIA_DA
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_DATA_DIR = REPO_ROOT.parent / "shared" / "data" / DATASET
 SIA_SHARED_DATA_DIR = REPO_ROOT.parent / "shared" / "data" / SIA_DATASET
+
+SIA_SCALE_FOLDER = "workloads/scale"  # the Sia artifact's scale and rate workloads, inside its data folder
+SIA_SCALE_SIBLING = Path("sia-sosp23-scale") / "workloads"  # where ../shared/data keeps them: beside the folder
 
 FETCH_HINT = f"set {DATA_DIR_ENV}=/path/to/{DATASET} or run `pollux data fetch`"
 
@@ -109,3 +116,31 @@ def find_data_dir(data_dir: Path | None = None, artifact: Artifact = DATASET) ->
         return DataLocation(path=cache_dir.resolve(), source="cache")
     label = "Pollux data" if artifact == DATASET else f"{artifact} data"
     raise DataNotFoundError(f"{label} not found (looked in {shared} and {cache_dir}); {fetch_hint(artifact)}")
+
+
+def sia_scale_dir(root: Path) -> Path:
+    """The folder of the Sia artifact's scale and rate workloads for the data folder `root`: its own
+    `workloads/scale/`, else `sia-sosp23-scale/workloads/` beside it (the layout of `../shared/data`), else the
+    former (absent: reads then name the place a fetch fills)."""
+    inside = root / SIA_SCALE_FOLDER
+    if inside.is_dir():
+        return inside
+    beside = root.parent / SIA_SCALE_SIBLING
+    return beside if beside.is_dir() else inside
+
+
+def data_file(root: Path, path: str) -> Path:
+    """Where the manifest's relative `path` lies for the data folder `root` (`sia_scale_dir` for the scale
+    workloads)."""
+    prefix = SIA_SCALE_FOLDER + "/"
+    return sia_scale_dir(root) / path.removeprefix(prefix) if path.startswith(prefix) else root / path
+
+
+def data_files(root: Path, artifact: Artifact = DATASET) -> dict[str, Path]:
+    """Every file of `artifact`'s data folder `root` by its manifest path (the Sia scale workloads beside it
+    included), sorted by that path."""
+    files = {p.relative_to(root).as_posix(): p for p in root.rglob("*") if p.is_file()}
+    scale = sia_scale_dir(root)
+    if check_artifact(artifact) == SIA_DATASET and scale != root / SIA_SCALE_FOLDER and scale.is_dir():
+        files |= {f"{SIA_SCALE_FOLDER}/{p.relative_to(scale).as_posix()}": p for p in scale.rglob("*") if p.is_file()}
+    return dict(sorted(files.items()))

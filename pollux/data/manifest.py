@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from pollux.data.locate import DATASET, SIA_DATASET, Artifact, check_artifact
+from pollux.data.locate import DATASET, SIA_DATASET, SIA_SCALE_FOLDER, Artifact, check_artifact
 from pollux.errors import DataIntegrityError
 
 ORIGIN_REPOSITORY = "https://github.com/petuum/adaptdl"
@@ -93,13 +93,14 @@ def origin_path_for(path: str, artifact: Artifact = DATASET) -> tuple[str | None
 
 def _sia_origin_path(path: str) -> str | None:
     """Sia's `sia-simulator/`: `traces/<model>/<file>` → `profiles/<model>/<file>`, and `workloads/<trace>/<file>`
-    (philly, saturn) in the same place."""
+    (philly, saturn) and `workloads/scale/<set>/<file>` (rate_10 … rate_50, scale_2x … scale_32x) in the same
+    place."""
     parts = path.split("/")
-    if len(parts) != 3:
-        return None
-    if parts[0] == "profiles":
+    if len(parts) == 3 and parts[0] == "profiles":
         return f"traces/{parts[1]}/{parts[2]}"
-    if parts[0] == "workloads":
+    if len(parts) == 3 and parts[0] == "workloads" and parts[1] != "scale":
+        return path
+    if len(parts) == 4 and path.startswith(SIA_SCALE_FOLDER + "/"):
         return path
     return None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pollux.data.locate import DATASET, Artifact
+from pollux.data.locate import DATASET, Artifact, data_file
 from pollux.data.manifest import Manifest, load_manifest, sha256_file
 
 
@@ -34,12 +34,13 @@ class VerifyReport:
 
 
 def verify(path: Path, manifest: Manifest | None = None, artifact: Artifact = DATASET) -> VerifyReport:
-    """Hash every file of `manifest` (default: `artifact`'s) under `path` (cheap: each set is a few MB)."""
+    """Hash every file of `manifest` (default: `artifact`'s) under `path`, or where `data_file` finds it (cheap: each
+    set is a few MB)."""
     manifest = manifest or load_manifest(artifact)
     root = Path(path)
     missing, mismatched, checked = [], [], 0
     for entry in manifest.files:
-        file = root / entry.path
+        file = data_file(root, entry.path)
         if not file.is_file():
             missing.append(entry.path)
         elif file.stat().st_size != entry.size or sha256_file(file) != entry.sha256:

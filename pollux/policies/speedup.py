@@ -8,9 +8,11 @@ and the autoscaler (`pollux.autoscale`); it imports no policy.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from pollux.goodput import throughput
+from pollux.goodput import ThroughputParams, throughput
 from pollux.policies.base import JobView
 from pollux.policies.placement import fixed_batch_config
 
@@ -31,6 +33,27 @@ def goodput_table(job: JobView, max_gpus: int) -> np.ndarray:
         assert fn is not None
         return fn.best_by_count(max_gpus, job.max_batch_size, job.local_bsz_bounds, accumulation=True)
     return fixed_batch_goodput(job, np.array([[1], [2]]), replicas)
+
+
+class GoodputTables:
+    """`goodput_table` memoized over one round: jobs with the same model, statistics, batch bounds and GPU bound
+    share one table (a workload that issues every job k times, as Sia's scale workloads do, has k alike). The tables
+    are shared, so callers must not write into them."""
+
+    def __init__(self) -> None:
+        self._tables: dict[tuple[object, ...], np.ndarray] = {}
+
+    def __call__(
+        self, job: JobView, max_gpus: int, params: ThroughputParams | None, bounds: tuple[int, int]
+    ) -> np.ndarray:
+        """`goodput_table` of `job` with the throughput model `params` and per-GPU batch `bounds` (those of the GPU
+        type asked about)."""
+        key = (params, job.grad_stats, job.init_batch_size, job.max_batch_size, bounds, job.batch_size, max_gpus)
+        table = self._tables.get(key)
+        if table is None:
+            view = replace(job, throughput_params=params, local_bsz_bounds=bounds)
+            table = self._tables[key] = goodput_table(view, max_gpus)
+        return table
 
 
 def fair_share_base(goodput: np.ndarray, fair_gpus: int) -> float:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -36,7 +36,7 @@ from pollux.cluster import Allocation, Cluster
 from pollux.goodput import ThroughputParams, scaled_params
 from pollux.policies.base import JobView
 from pollux.policies.search_state import Layout, Row, ValueTable, greedy_counts, sparse_row, tenant_budget
-from pollux.policies.speedup import fair_share_base, goodput_table
+from pollux.policies.speedup import GoodputTables, fair_share_base
 
 
 class OneTypeSearch(Protocol):
@@ -80,10 +80,13 @@ def type_slices(cluster: Cluster) -> list[TypeSlice]:
     ]
 
 
-def model_on(job: JobView, gpu_type: str) -> ThroughputParams | None:
+def model_on(
+    job: JobView, gpu_type: str, scaled: dict[tuple[ThroughputParams, float], ThroughputParams] | None = None
+) -> ThroughputParams | None:
     """The job's throughput model on `gpu_type`: fitted there, else bootstrapped from the type it knows best (its
     current one, else the one it ran on longest) by the 1-GPU throughput ratio (1 when a ratio is unknown), else
-    its one model (a type-unaware job, or a one-type cluster), else None (never ran)."""
+    its one model (a type-unaware job, or a one-type cluster), else None (never ran). `scaled`: the bootstrapped
+    models of a round so far, by (model, ratio), to build each once."""
     fitted = job.throughput_params_by_type
     if gpu_type in fitted:
         return fitted[gpu_type]
@@ -92,18 +95,22 @@ def model_on(job: JobView, gpu_type: str) -> ThroughputParams | None:
     source = max(fitted, key=lambda t: (job.run_time_by_type_s.get(t, 0.0), t))
     speeds = job.single_gpu_throughput_by_type
     ratio = speeds[gpu_type] / speeds[source] if speeds.get(gpu_type, 0) > 0 and speeds.get(source, 0) > 0 else 1.0
-    return scaled_params(fitted[source], ratio)
+    if scaled is None:
+        return scaled_params(fitted[source], ratio)
+    key = (fitted[source], ratio)
+    if key not in scaled:
+        scaled[key] = scaled_params(*key)
+    return scaled[key]
 
 
-def view_on(job: JobView, piece: TypeSlice) -> JobView:
-    """The job as the one-type search sees it on one type's nodes."""
-    return replace(
-        job,
-        allocation=piece.restrict(job.allocation),
-        throughput_params=model_on(job, piece.gpu_type),
-        local_bsz_bounds=job.bounds_on(piece.gpu_type),
-        max_gpus=min(job.max_gpus, piece.cluster.num_gpus),
-    )
+@dataclass(frozen=True)
+class _OnType:
+    """A job as the one-type search sees it on one type's nodes: its allocation there, its GPU bound there, and its
+    goodput table there."""
+
+    allocation: Allocation
+    max_gpus: int
+    goodput: np.ndarray
 
 
 def typed_value_tables(
@@ -115,28 +122,34 @@ def typed_value_tables(
     budgets: Mapping[str, Mapping[str, int]] | None = None,
 ) -> list[ValueTable]:
     """One value table per type over every job (a job that may not run on a type can hold 0 GPUs there), each with
-    the tenants' budgets on its type where there are `budgets`."""
+    the tenants' budgets on its type where there are `budgets`. Jobs alike share their goodput tables
+    (`GoodputTables`) and bootstrapped models (`model_on`)."""
     fair = max(1, math.ceil(cluster.num_gpus / len(jobs)))
     scale = cluster.num_nodes / cluster.num_gpus
     weights = [piece.cluster.num_gpus / cluster.num_gpus for piece in pieces]
-    per_type: list[list[tuple[JobView, np.ndarray] | None]] = []
+    per_type: list[list[_OnType | None]] = []
+    goodput_tables = GoodputTables()
+    scaled: dict[tuple[ThroughputParams, float], ThroughputParams] = {}
     for piece in pieces:
-        column: list[tuple[JobView, np.ndarray] | None] = []
+        column: list[_OnType | None] = []
         for job in jobs:
             if not job.may_run_on(piece.gpu_type):
                 column.append(None)
                 continue
-            view = view_on(job, piece)
-            goodput = goodput_table(view, max(view.max_gpus, fair))
-            if view.throughput_params is None:  # never ran: linear at its 1-GPU speed there, where known
+            params = model_on(job, piece.gpu_type, scaled)
+            top = min(job.max_gpus, piece.cluster.num_gpus)
+            goodput = goodput_tables(job, max(top, fair), params, job.bounds_on(piece.gpu_type))
+            if params is None:  # never ran: linear at its 1-GPU speed there, where known
                 goodput = goodput * job.single_gpu_throughput_by_type.get(piece.gpu_type, 1.0)
-            column.append((view, goodput))
+            column.append(_OnType(piece.restrict(job.allocation), top, goodput))
         per_type.append(column)
     bases = []  # per job: its fair-share goodput averaged over the types it may use, weighted by their GPUs
     for j in range(len(jobs)):
         usable = [(w, column[j]) for w, column in zip(weights, per_type, strict=True) if column[j] is not None]
         total = sum(w for w, _ in usable)
-        bases.append(sum(w * fair_share_base(entry[1], fair) for w, entry in usable if entry) / total if total else 1.0)
+        bases.append(
+            sum(w * fair_share_base(entry.goodput, fair) for w, entry in usable if entry) / total if total else 1.0
+        )
     tables = []
     for piece, column in zip(pieces, per_type, strict=True):
         rows: list[np.ndarray] = []
@@ -148,15 +161,14 @@ def typed_value_tables(
                 keep.append(-np.inf)
                 current.append({})
                 continue
-            view, goodput = entry
-            row = sparse_row(view.allocation)
-            speedups = scale * goodput[:, : view.max_gpus + 1] / bases[j]
-            values, kept = policy.job_values(view, speedups, policy.realloc_factor(job, now), row)
+            row = sparse_row(entry.allocation)
+            speedups = scale * entry.goodput[:, : entry.max_gpus + 1] / bases[j]
+            values, kept = policy.job_values(job, speedups, policy.realloc_factor(job, now), row)
             rows.append(values)
             keep.append(kept)
             current.append(row)
         allocations = [
-            piece.restrict(job.allocation) if entry is None else entry[0].allocation
+            piece.restrict(job.allocation) if entry is None else entry.allocation
             for job, entry in zip(jobs, column, strict=True)
         ]
         budget = None if budgets is None else tenant_budget(jobs, budgets, piece.gpu_type, piece.cluster.num_gpus)

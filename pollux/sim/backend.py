@@ -8,7 +8,7 @@ agent that learns its throughput model only from the placements it has itself ru
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from pollux.autoscale import moved_allocation
 from pollux.cluster import Allocation, Cluster, num_nodes_used, placement
@@ -35,6 +35,11 @@ from pollux.tenants import DEFAULT_TENANT
 POOLED = "*"  # the samples key of a job that learns one model from every GPU type (type-unaware policies)
 
 PLACEMENT_SENSITIVITY = 1.2  # spread/packed step-time ratio above which a model counts as placement-sensitive
+
+# Throughput models fitted so far, by the exact samples they were fitted to: a fit is a pure function of its samples,
+# and simulated jobs of one model running the same configurations log the same samples (a profile's times do not
+# vary), so they share one fit instead of repeating it (Sia's scale workloads issue every job up to 32 times).
+FitCache = dict[bytes, ThroughputParams]
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,7 @@ class SimJob:
     params_by_type: dict[str, ThroughputParams] = field(default_factory=dict)
     grad_stats: GradientStats | None = None
     policy_batch: BatchConfig | None = None  # the batch the policy chose, where it chooses
+    fits: FitCache = field(default_factory=dict, repr=False)  # shared by the backend's jobs
     _gains: list[float] = field(default_factory=list, repr=False)  # gain per epoch at the fixed batch
     _steps_after: list[float] | None = field(default=None, repr=False)  # steps for epochs e.. at the fixed batch
 
@@ -165,7 +171,8 @@ class SimJob:
         this type) when the configuration is new. A profile's times do not vary, so the first is all there is.
 
         Every refit starts afresh, as the artifact's agents do, so the job's model of its own scaling depends on what
-        it ran, not on the order it happened to explore in."""
+        it ran, not on the order it happened to explore in; so it is the fit of the same samples logged by any other
+        job of the backend, fitted once (`FitCache`)."""
         key = (nodes, gpus, self.local_bsz, 0)  # the profile's times are of one micro-batch step
         log = self.samples.setdefault(self._samples_key, ThroughputLog())
         if key in log or not self.fit_throughput_model:
@@ -173,7 +180,10 @@ class SimJob:
         log.record(*key, compute_s=max(step_s - sync_s, 1e-6 * step_s), step_s=step_s)
         samples = log.samples()
         assert samples is not None
-        self.params_by_type[self._samples_key] = fit_throughput(samples)
+        content = b"".join(getattr(samples, column.name).tobytes() for column in fields(samples))
+        if content not in self.fits:
+            self.fits[content] = fit_throughput(samples)
+        self.params_by_type[self._samples_key] = self.fits[content]
 
     # -- progress ------------------------------------------------------------------------------------------
     def advance(self, now: float, seconds: float, slowdown: float = 0.0) -> None:
@@ -314,6 +324,7 @@ class SimBackend:
         self.type_aware = type_aware
         self.models = typed_models(models, cluster)
         self._usable = {name: self._usable_types(model) for name, model in self.models.items()}
+        fits: FitCache = {}
         self.jobs = [
             SimJob(
                 spec,
@@ -321,6 +332,7 @@ class SimBackend:
                 fit_throughput_model,
                 type_aware,
                 gpu_type=self._usable[spec.application][0],
+                fits=fits,
             )
             for spec in jobs
         ]

@@ -264,8 +264,8 @@ def simulate_command(
         str | None,
         typer.Option(
             "--cluster",
-            help=f"A preset ({', '.join(PRESETS)}) or a TOML file of node groups (gpu_type, num_nodes, gpus_per_node). "
-            f"Default: {DEFAULT_PRESET}.",
+            help=f"A preset ({', '.join(PRESETS)}) or a TOML file of node groups (gpu_type, num_nodes, gpus_per_node); "
+            f"NAME:Kx has K times its nodes (sia-heterogeneous:32x). Default: {DEFAULT_PRESET}.",
         ),
     ] = None,
     nodes: Annotated[

@@ -8,9 +8,11 @@ considered by the first round at or after its submission, and its JCT counts fro
 column `tenant` names the team a job belongs to (`pollux.tenants`; without it, every job is the default tenant's).
 Read one from a path, or by its artifact name from that artifact's data folder: the Pollux artifact's `workload-1`,
 `workloads-2.0/workload-3`, `workloads-realistic/workload-2`; the Sia artifact's `philly/workload-3` and
-`saturn/workload-7` (Helios). `workload_artifact` says which artifact a name belongs to. Every bad row stops the read
-with a `TraceError` naming the file, the line and the field, because a simulation on a silently skipped job answers a
-different question than the one asked.
+`saturn/workload-7` (Helios), and its Helios workloads at an arrival rate of 10-50 jobs an hour, `rate_30/workload-4`
+(Figure 7), or with every job issued k times, `scale_32x/workload-1`, for the 64-GPU heterogeneous cluster scaled k
+times (Figure 9: `--cluster sia-heterogeneous:32x`). `workload_artifact` says which artifact a name belongs to.
+Every bad row stops the read with a `TraceError` naming the file, the line and the field, because a simulation on a
+silently skipped job answers a different question than the one asked.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from pollux.data.locate import DATASET, SIA_DATASET, Artifact, find_data_dir
+from pollux.data.locate import DATASET, SIA_DATASET, Artifact, find_data_dir, sia_scale_dir
 from pollux.errors import DataNotFoundError, TraceError
 from pollux.tenants import DEFAULT_TENANT
 
@@ -33,9 +35,13 @@ WORKLOADS_FOLDER = "workloads"
 DEFAULT_SET = "workloads"
 
 SIA_WORKLOAD_SETS: tuple[str, ...] = ("philly", "saturn")  # saturn: SenseTime's Helios trace
+# Sia's Figure 7 and 9 workloads, in `pollux.data.locate.sia_scale_dir`: `rate_10` … `rate_50`, `scale_2x` … `scale_32x`
+SIA_SCALE_SET = re.compile(r"rate_\d+|scale_\d+x")
 
 _ARTIFACT_NAME = re.compile(r"^(?:(?P<set>workloads[\w.\-]*)/)?(?P<name>workload-[\w.\-]+?)(?:\.csv)?$")
-_SIA_NAME = re.compile(rf"^(?P<set>{'|'.join(SIA_WORKLOAD_SETS)})/(?P<name>workload-[\w.\-]+?)(?:\.csv)?$")
+_SIA_NAME = re.compile(
+    rf"^(?P<set>{'|'.join(SIA_WORKLOAD_SETS)}|{SIA_SCALE_SET.pattern})/(?P<name>workload-[\w.\-]+?)(?:\.csv)?$"
+)
 
 
 @dataclass(frozen=True)
@@ -82,7 +88,9 @@ def artifact_workload_names(data_dir: Path, artifact: Artifact = DATASET) -> tup
     """The artifact names readable from `data_dir`, as `read_workload` accepts them (shown when a name is wrong)."""
     root = Path(data_dir) / WORKLOADS_FOLDER
     if artifact == SIA_DATASET:
-        paths = (p for folder in SIA_WORKLOAD_SETS for p in (root / folder).glob("workload-*.csv"))
+        paths = [p for folder in SIA_WORKLOAD_SETS for p in (root / folder).glob("workload-*.csv")]
+        scale = sia_scale_dir(Path(data_dir))
+        paths += [p for p in scale.glob("*/workload-*.csv") if SIA_SCALE_SET.fullmatch(p.parent.name)]
         return tuple(sorted((f"{p.parent.name}/{p.stem}" for p in paths), key=_natural))
     names = []
     for path in sorted(root.glob("workloads*/workload-*.csv")):
@@ -91,10 +99,27 @@ def artifact_workload_names(data_dir: Path, artifact: Artifact = DATASET) -> tup
     return tuple(sorted(names, key=lambda name: ("/" in name, name)))
 
 
-def _natural(name: str) -> tuple[str, int]:
-    """`philly/workload-10` after `philly/workload-9`."""
-    head, _, number = name.rpartition("-")
-    return head, int(number) if number.isdigit() else -1
+def _natural(name: str) -> tuple[bool, list[str | int]]:
+    """`philly/workload-10` after `philly/workload-9`, `scale_16x` after `scale_8x`, and the traces (philly, saturn)
+    before the rate and scale sets."""
+    parts: list[str | int] = [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+    return name.split("/")[0] not in SIA_WORKLOAD_SETS, parts
+
+
+def _known(names: tuple[str, ...]) -> str:
+    """`names` for an error line, each run of consecutive numbers of a set as one `set/workload-1..10`."""
+    runs: list[tuple[str, int, int]] = []  # (name less its number, first, last number)
+    for name in names:
+        head, _, number = name.rpartition("-")
+        if not number.isdigit():
+            runs.append((name, -1, -1))
+        elif runs and runs[-1][0] == head + "-" and runs[-1][2] + 1 == int(number):
+            runs[-1] = (runs[-1][0], runs[-1][1], int(number))
+        else:
+            runs.append((head + "-", int(number), int(number)))
+    return ", ".join(
+        head if first < 0 else f"{head}{first}" + (f"..{last}" if last > first else "") for head, first, last in runs
+    )
 
 
 def resolve_workload(spec: str | Path, data_dir: Path | None = None) -> tuple[str, Path]:
@@ -117,9 +142,10 @@ def resolve_workload(spec: str | Path, data_dir: Path | None = None) -> tuple[st
         raise DataNotFoundError(f"workload {str(spec)!r} is an artifact name, but {error}") from error
     folder = match["set"] or DEFAULT_SET
     name = match["name"] if folder == DEFAULT_SET else f"{folder}/{match['name']}"
-    candidate = root / WORKLOADS_FOLDER / folder / f"{match['name']}.csv"
+    sets = sia_scale_dir(root) if SIA_SCALE_SET.fullmatch(folder) else root / WORKLOADS_FOLDER
+    candidate = sets / folder / f"{match['name']}.csv"
     if not candidate.is_file():
-        known = ", ".join(artifact_workload_names(root, artifact)) or "none"
+        known = _known(artifact_workload_names(root, artifact)) or "none"
         raise TraceError(f"{candidate}: no {artifact} workload {str(spec)!r}; known: {known}")
     return name, candidate
 

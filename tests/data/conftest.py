@@ -128,14 +128,15 @@ def origin_server(origin_dir: Path) -> Iterator[tuple[str, list[str]]]:
 
 @pytest.fixture(scope="session")
 def sia_origin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The Sia artifact's real data copied into its origin's layout (traces/<model>/, workloads/<trace>/)."""
+    """The Sia artifact's real data copied into its origin's layout (traces/<model>/, workloads/<trace>/,
+    workloads/scale/<set>/)."""
     shared = _require_shared(SIA_SHARED)
     root = tmp_path_factory.mktemp("sia-origin") / "sia-simulator"
     for entry in load_manifest("sia-sosp23").files:
         assert entry.origin is not None and entry.derive is None, entry.path
         target = root / entry.origin
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(shared / entry.path, target)
+        shutil.copyfile(locate.data_file(shared, entry.path), target)
     return root
 
 

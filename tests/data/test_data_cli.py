@@ -45,7 +45,7 @@ def test_fetch_of_the_sia_artifact_fills_its_own_cache_and_status_reports_both(
     for artifact, (base_url, _) in (("pollux-osdi21", origin_server), ("sia-sosp23", sia_origin_server)):
         fetched = runner.invoke(app, ["fetch", "--artifact", artifact, "--base-url", base_url])
         assert fetched.exit_code == 0, fetched.output
-    assert "152/152 files match the manifest" in fetched.stdout
+    assert "252/252 files match the manifest" in fetched.stdout
     assert verify(default_cache_dir("sia-sosp23"), artifact="sia-sosp23").ok
 
     status = runner.invoke(app, ["status"])
@@ -71,7 +71,7 @@ def test_status_names_the_shared_data_of_both_artifacts_and_verifies_them(
     assert f"sia-sosp23\n  data:     {sia_shared_data.resolve()}" in result.stdout
     assert result.stdout.count("found by: shared") == 2
     assert "verified: yes (94/94 files match the manifest)" in result.stdout
-    assert "verified: yes (152/152 files match the manifest)" in result.stdout
+    assert "verified: yes (252/252 files match the manifest)" in result.stdout
 
 
 def test_status_of_a_damaged_copy_says_which_file_and_exits_1(

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pollux.data import locate
-from pollux.data.locate import default_cache_dir, find_data_dir
+from pollux.data.locate import data_file, data_files, default_cache_dir, find_data_dir
 from pollux.errors import DataNotFoundError
 
 
@@ -161,3 +161,28 @@ def test_no_sia_data_is_one_line_naming_its_variable_and_fetch_command() -> None
 def test_an_unknown_artifact_lists_the_known_ones() -> None:
     with pytest.raises(DataNotFoundError, match="unknown artifact 'gavel'; known: pollux-osdi21, sia-sosp23"):
         find_data_dir(artifact="gavel")  # type: ignore[arg-type]
+
+
+# ---- the Sia artifact's scale and rate workloads: inside its folder, or beside it as ../shared/data keeps them ------
+
+
+def test_scale_workloads_are_read_inside_the_sia_folder_first_then_beside_it(tmp_path: Path) -> None:
+    root = make_data(tmp_path / "sia-sosp23")
+    relative = "workloads/scale/scale_2x/workload-1.csv"
+    assert data_file(root, relative) == root / relative  # nowhere yet: where a fetch puts it
+    beside = tmp_path / "sia-sosp23-scale" / "workloads" / "scale_2x" / "workload-1.csv"
+    beside.parent.mkdir(parents=True)
+    beside.write_text("beside")
+    assert data_file(root, relative) == beside
+    assert data_files(root, "sia-sosp23")[relative] == beside
+    assert relative not in data_files(root, "pollux-osdi21")  # the Pollux artifact has no scale workloads
+    (root / relative).parent.mkdir(parents=True)
+    (root / relative).write_text("inside")
+    assert data_file(root, relative) == root / relative
+    assert data_file(root, "workloads/philly/workload-1.csv") == root / "workloads/philly/workload-1.csv"
+
+
+def test_the_real_scale_workloads_are_found_beside_the_shared_sia_data(sia_shared_data: Path) -> None:
+    found = data_file(find_data_dir(artifact="sia-sosp23").path, "workloads/scale/scale_32x/workload-1.csv")
+    assert found.is_file()
+    assert found.read_text().startswith("name,time,application,num_replicas,batch_size\n")

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pollux.data.locate import REPO_ROOT
+from pollux.data.fetch import default_base_url
+from pollux.data.locate import REPO_ROOT, sia_scale_dir
 from pollux.data.manifest import (
     DERIVATIONS,
     derive_anchor_jcts,
@@ -121,6 +122,8 @@ def test_manifest_with_unknown_derivation_is_refused() -> None:
 
 def test_sia_manifest_lists_every_sia_data_file_and_names_its_origin(sia_shared_data: Path) -> None:
     on_disk = {p.relative_to(sia_shared_data).as_posix() for p in sia_shared_data.rglob("*") if p.is_file()}
+    scale = sia_scale_dir(sia_shared_data)
+    on_disk |= {f"workloads/scale/{p.relative_to(scale).as_posix()}" for p in scale.rglob("*") if p.is_file()}
     manifest = load_manifest("sia-sosp23")
     assert {e.path for e in manifest.files} == on_disk
     assert (manifest.repository, manifest.commit, manifest.folder) == (
@@ -129,6 +132,18 @@ def test_sia_manifest_lists_every_sia_data_file_and_names_its_origin(sia_shared_
         "sia-simulator/",
     )
     assert all(e.origin is not None and e.derive is None for e in manifest.files)
+
+
+def test_sia_manifest_lists_the_scale_and_rate_workloads_at_their_public_origin() -> None:
+    """Figures 7 and 9's workloads: ten each of rate_10 … rate_50 and scale_2x … scale_32x, fetched from the pinned
+    commit's `sia-simulator/workloads/scale/`."""
+    scale = [e for e in load_manifest("sia-sosp23").files if e.path.startswith("workloads/scale/")]
+    sets = [*(f"rate_{r}" for r in (10, 20, 30, 40, 50)), *(f"scale_{k}x" for k in (2, 4, 8, 16, 32))]
+    assert {e.path for e in scale} == {f"workloads/scale/{s}/workload-{n}.csv" for s in sets for n in range(1, 11)}
+    base = "https://raw.githubusercontent.com/siasosp23/artifacts/aaf7a0de7b6cb5eab06ea020467ede5d2fd18e70/"
+    for entry in scale:
+        assert default_base_url("sia-sosp23") + str(entry.origin) == base + "sia-simulator/" + entry.path
+        assert len(entry.sha256) == 64 and entry.size > 0
 
 
 def test_sia_aws_profiles_are_the_pollux_ones() -> None:
@@ -160,6 +175,9 @@ def test_regenerating_the_sia_manifest_changes_nothing(sia_shared_data: Path, tm
         ("profiles/gpt_pmp/validation-12.csv", "traces/gpt_pmp/validation-12.csv"),
         ("workloads/philly/workload-3.csv", "workloads/philly/workload-3.csv"),
         ("workloads/saturn/workload-10.csv", "workloads/saturn/workload-10.csv"),
+        ("workloads/scale/rate_30/workload-4.csv", "workloads/scale/rate_30/workload-4.csv"),
+        ("workloads/scale/scale_32x/workload-1.csv", "workloads/scale/scale_32x/workload-1.csv"),
+        ("workloads/scale/workload-1.csv", None),
         ("philly-jobs.csv", None),
         ("profiles/bert", None),
     ],

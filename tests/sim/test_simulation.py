@@ -135,3 +135,21 @@ def test_a_jobs_throughput_model_depends_on_what_it_ran_not_on_the_order_it_ran_
     for nodes in (1, 2):
         first, second = (iteration_time(p, nodes, replicas, 8) for p in fitted)
         np.testing.assert_allclose(first, second, rtol=0.02)
+
+
+def test_jobs_that_ran_the_same_configurations_share_one_fit_equal_to_a_fresh_one(models):
+    """A fit is a pure function of its samples: a backend fits each set of samples once, whichever job logs it
+    (Sia's scale workloads issue every job up to 32 times), and the shared fit is the one a job alone would get."""
+    from pollux.goodput import fit_throughput
+
+    specs = [SimJobSpec(name, "yolov3", 0, 1, None) for name in ("a", "b")]
+    backend = SimBackend(Cluster(2, 4), specs, {"yolov3": models["yolov3"]})
+    alone = SimJob(SimJobSpec("c", "yolov3", 0, 1, None), TypedJobModel("yolov3", {"aws": models["yolov3"]}))
+    for job in (*backend.jobs, alone):
+        for place, local in (((1,), 8), ((2,), 8), ((4, 4), 4)):
+            job.local_bsz = local
+            job.record_sample(len(place), sum(place), *models["yolov3"].step_time(place, local))
+    first, second = backend.jobs
+    assert first.params is second.params
+    assert first.params == alone.params == fit_throughput(first.samples["aws"].samples())
+    assert len(first.fits) == 3 and alone.fits is not first.fits

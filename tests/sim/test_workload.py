@@ -242,7 +242,7 @@ def test_a_malformed_sia_row_names_file_line_and_field(sia_dir: Path):
 def test_the_real_sia_workloads_read_with_their_published_sizes():
     if not locate.looks_like_data(locate.SIA_SHARED_DATA_DIR):
         pytest.skip(f"needs the real data at {locate.SIA_SHARED_DATA_DIR}")
-    names = artifact_workload_names(locate.SIA_SHARED_DATA_DIR, "sia-sosp23")
+    names = artifact_workload_names(locate.SIA_SHARED_DATA_DIR, "sia-sosp23")[:18]
     assert names == (*(f"philly/workload-{n}" for n in range(1, 9)), *(f"saturn/workload-{n}" for n in range(1, 11)))
     for spec in names:
         workload = read_workload(spec, applications=APPLICATIONS)
@@ -251,3 +251,61 @@ def test_the_real_sia_workloads_read_with_their_published_sizes():
         assert times == sorted(times)
         assert times[0] >= 0 and times[-1] < 8 * 3600
         assert {job.application for job in workload.jobs} <= {"bert", "cifar10", "deepspeech2", "imagenet", "yolov3"}
+
+
+# ---- Sia's scale and arrival-rate workloads (Figures 7 and 9): `rate_30/workload-4`, `scale_32x/workload-1` -------
+
+
+@pytest.fixture
+def sia_scale_beside(sia_dir: Path) -> Path:
+    """`sia_dir` with scale and rate workloads beside it, as ../shared/data keeps them (`sia-sosp23-scale/`)."""
+    beside = sia_dir.parent / "sia-sosp23-scale" / "workloads"
+    for folder in ("rate_10", "scale_2x", "scale_16x"):
+        for n in (1, 2, 10):
+            _write(beside / folder / f"workload-{n}.csv", HEADER + "cifar10-0,401.0,cifar10,12,4096\n")
+    return beside
+
+
+@pytest.mark.parametrize("spec", ["rate_10/workload-2", "scale_16x/workload-10", "scale_2x/workload-1.csv"])
+def test_scale_and_rate_names_belong_to_the_sia_artifact_and_read_beside_it(sia_scale_beside: Path, spec: str):
+    assert workload_artifact(spec) == "sia-sosp23"
+    workload = read_workload(spec, sia_scale_beside.parent.parent / "sia-sosp23")
+    assert workload.name == spec.removesuffix(".csv")
+    assert workload.source == (sia_scale_beside / f"{workload.name}.csv").resolve()
+    assert workload.jobs[0].submit_time_s == 401
+
+
+def test_scale_workloads_inside_the_sia_folder_win(sia_dir: Path, sia_scale_beside: Path):
+    inside = _write(sia_dir / "workloads/scale/scale_2x/workload-1.csv", HEADER + "bert-0,5,bert,1,24\n")
+    assert read_workload("scale_2x/workload-1", sia_dir).source == inside.resolve()
+
+
+def test_sia_names_list_traces_then_rates_then_scales_in_natural_order(sia_dir: Path, sia_scale_beside: Path):
+    names = artifact_workload_names(sia_dir, "sia-sosp23")
+    assert names[:4] == ("philly/workload-3", "saturn/workload-1", "saturn/workload-7", "saturn/workload-10")
+    assert names[4:] == tuple(f"{s}/workload-{n}" for s in ("rate_10", "scale_2x", "scale_16x") for n in (1, 2, 10))
+
+
+def test_an_unknown_scale_name_lists_the_known_sets_in_one_line(sia_dir: Path, sia_scale_beside: Path):
+    with pytest.raises(TraceError) as caught:
+        read_workload("scale_64x/workload-1", sia_dir)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "scale_64x/workload-1.csv: no sia-sosp23 workload 'scale_64x/workload-1'" in message
+    assert "known: philly/workload-3, saturn/workload-1, saturn/workload-7, saturn/workload-10, " in message
+    assert message.endswith(
+        "scale_2x/workload-1..2, scale_2x/workload-10, scale_16x/workload-1..2, scale_16x/workload-10"
+    )
+
+
+def test_the_real_scale_and_rate_workloads_have_their_published_sizes():
+    if not locate.looks_like_data(locate.SIA_SHARED_DATA_DIR):
+        pytest.skip(f"needs the real data at {locate.SIA_SHARED_DATA_DIR}")
+    names = artifact_workload_names(locate.SIA_SHARED_DATA_DIR, "sia-sosp23")
+    assert len(names) == 18 + 100
+    for rate in (10, 30, 50):
+        assert len(read_workload(f"rate_{rate}/workload-4", applications=APPLICATIONS)) == 8 * rate  # jobs/h × 8 h
+    for factor in (2, 32):
+        workload = read_workload(f"scale_{factor}x/workload-1", applications=APPLICATIONS)
+        assert len(workload) == 160 * factor  # Helios' 160 jobs, each issued k times
+        assert workload.source is not None and workload.source.parent.name == f"scale_{factor}x"
