@@ -26,7 +26,7 @@ import argparse
 import time
 import tomllib
 from collections.abc import Mapping
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, fields
 from functools import cache
 
@@ -245,8 +245,20 @@ def main() -> None:
     console = Console(width=150)
     started = time.perf_counter()
     runs.sort(key=lambda run: run.policy != "pollux")  # the slowest first, so the processes end together
+    done: dict[Run, Outcome] = {}
     with ProcessPoolExecutor(max_workers=args.processes) as pool:
-        done = dict(zip(runs, pool.map(run_one, runs), strict=True))
+        futures = {pool.submit(run_one, run): run for run in runs}
+        for future in as_completed(futures):  # one line per simulation: the whole table takes an hour or more
+            run = futures[future]
+            done[run] = future.result()
+            label = f"{run.scenario} seed {run.seed} {run.cluster} {run.policy}"
+            label += "" if run.with_tenants or run.only else " (no tenants)"
+            label += f" ({run.only} alone)" if run.only else ""
+            fairness = "" if done[run].min_fairness is None else f", min fairness {done[run].min_fairness:.2f}"
+            console.print(
+                f"[{len(done)}/{len(runs)}] {label}: avg JCT {done[run].avg_jct_s / HOUR:.2f} h{fairness}; "
+                f"{done[run].wall_s:.0f} s, {time.perf_counter() - started:.0f} s since start"
+            )
     if "flood" in tables:
         console.print(flood_table(args.flood_seed, flood_policies, done))
     if "philly" in tables:

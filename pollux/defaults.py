@@ -11,6 +11,9 @@ ROUND_INTERVAL_S = 60
 # Seconds a job started or moved trains, after its restore delay, before it may be moved again (`pollux.lease`): the
 # runtime's default; the simulator's is no lease, as in the paper.
 LEASE_MIN_RUN_S = 60.0
+# Themis' fairness knob f: each auction is offered to the ⌊(1 − f) · N⌋ jobs furthest behind their finish-time
+# fairness, the best-off fraction f left out; the Themis authors' implementation's default.
+THEMIS_FAIRNESS_KNOB = 0.2
 # Seconds a real job asked to stop (SIGTERM) may take to checkpoint before it is killed.
 STOP_GRACE_S = 60.0
 # Hour of the Philly trace's day at which a generated workload's submission window starts (`pollux workload

@@ -2,9 +2,10 @@
 builds them for the simulator, the runtime and the benchmarks alike.
 
 `make_policy(name, settings, inputs)`: `settings` carry what a user sets on a command line (the restart delay δ,
-the power-mean p, interference avoidance, whether a waiting job's start is discounted); each policy takes the ones
-it declares (`Policy.settings`), so a flag reaches every policy that has the knob. `inputs` carry knowledge only
-some callers have (true step times in the simulator); a policy takes those it declares (`Policy.inputs`).
+the power-mean p, interference avoidance, whether a waiting job's start is discounted, Themis' fairness knob); each
+policy takes the ones it declares (`Policy.settings`), so a flag reaches every policy that has the knob. `inputs`
+carry knowledge only some callers have (true step times in the simulator); a policy takes those it declares
+(`Policy.inputs`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 
-from pollux.defaults import RESTART_DELAY_S
+from pollux.defaults import RESTART_DELAY_S, THEMIS_FAIRNESS_KNOB
 from pollux.errors import SpecError
 from pollux.policies.base import Policy
 
@@ -27,6 +28,7 @@ POLICIES: dict[str, str] = {
     "gavel": "pollux.policies.gavel:GavelPolicy",
     "pollux-unaware": "pollux.policies.pollux_unaware:PolluxUnawarePolicy",
     "astraea": "pollux.policies.astraea:AstraeaPolicy",
+    "themis": "pollux.policies.themis:ThemisPolicy",
 }
 
 
@@ -46,6 +48,7 @@ class PolicySettings:
     p: float = -1.0  # power-mean exponent: −1 fair, 1 throughput
     avoid_interference: bool = True  # never two distributed jobs on one node
     discount_starts: bool = True  # the artifact's factor on a waiting job's start too (the runtime turns it off)
+    fairness_knob: float = THEMIS_FAIRNESS_KNOB  # Themis' f: the share of best-off jobs left out of each auction
 
 
 Input = Callable[[], object]  # built only if the policy takes it (reading a trace is not free)

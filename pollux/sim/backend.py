@@ -117,9 +117,10 @@ class SimJob:
         """The most GPUs it has run on, on any type (what it has measured of its scaling)."""
         return max((log.max_replicas for log in self.samples.values()), default=0)
 
-    def max_gpus(self) -> int:
-        """The most GPUs it may be given (`pollux.policies.facts.gpu_bound`, the runtime's rule too)."""
-        model = self.model
+    def max_gpus(self, gpu_type: str | None = None) -> int:
+        """The most GPUs it may be given on `gpu_type` (None: the type it has; `pollux.policies.facts.gpu_bound`,
+        the runtime's rule too)."""
+        model = self.typed.on(gpu_type or self.gpu_type)
         return gpu_bound(
             self.spec.batch_size,
             self.spec.batch_by_policy,

@@ -126,18 +126,21 @@ def _make_out_dir(out: Path) -> None:
 
 
 TENANT_PEERS = ("astraea",)  # schedulers of tenants' fairness: by default only where there are tenants
+NAMED_PEERS = ("themis",)  # peers of the Sia paper's Table 4 beyond Gavel: run only when named (`-p themis`)
 
 
 def default_policies(cluster: Cluster, tenants: bool = False) -> list[str]:
     """Every registered policy; on a cluster of one GPU type not `pollux-unaware`, which decides as `pollux` there;
-    `astraea`, a scheduler for fairness between tenants, only with a tenants file (a run without one stays as it
-    was)."""
+    `astraea`, a scheduler for fairness between tenants, only with a tenants file; `themis` only when named (so a
+    run without them stays as it was)."""
     from pollux.policies.registry import POLICIES
 
     return [
         name
         for name in POLICIES
-        if (cluster.heterogeneous or name != "pollux-unaware") and (tenants or name not in TENANT_PEERS)
+        if (cluster.heterogeneous or name != "pollux-unaware")
+        and (tenants or name not in TENANT_PEERS)
+        and name not in NAMED_PEERS
     ]
 
 
@@ -183,6 +186,15 @@ def chosen_autoscale(
         given = f"--max-nodes {high}" if max_nodes is not None else f"--max-nodes (default: the cluster's {high} nodes)"
         raise PolluxError(f"{given} is below --min-nodes {low}; give --max-nodes >= --min-nodes")
     return AutoscaleSettings(low, high)
+
+
+def table_width(results: list[SimResult]) -> int:
+    """The printed table's least width: 120 characters, and the room of each column beyond the base table's (Sia's
+    fairness, nodes, tenants), so the columns a run adds cut no header of the others short."""
+    from pollux.sim.table import COLUMNS, columns_of
+
+    added = columns_of(results)[len(COLUMNS) : -1]  # between the base columns and wall s
+    return 120 + sum(len(column.label) + 3 for column in added)
 
 
 def summary_table(results: list[SimResult], title: str) -> Table:
@@ -335,7 +347,7 @@ def simulate_command(
         num_gpus = autoscale.max_nodes * kind.gpus_per_node  # the most it may have
     title = f"{workload if not inputs.offline else 'generated workload'} on {where}"
     paths = write_outputs(results, out, title, num_gpus)
-    wide = plain_console(width=max(console.width, 120))
+    wide = plain_console(width=max(console.width, table_width(results)))
     wide.print(summary_table(results, title))
     if config.tenants is not None:
         wide.print(tenant_table(results))

@@ -5,6 +5,10 @@ time-averaged number of active jobs over the job's own lifetime (submit → fini
 cluster was crowded is compared against a proportionally smaller share. The share is max(1, round(G/J)) GPUs of
 the G in the cluster, packed on as few nodes as possible, capped by what the job can use; the job runs alone on
 it under the same rules (its fixed batch, or its own goodput-optimal batch) including one restart delay.
+
+On a cluster of several GPU types the Sia paper measures ρ by its Equation 3 (`sia_fairness`): the expectation over
+the types, each weighted by its share of the cluster's GPUs, of ρ on that type's GPUs alone (a share of
+max(1, round(N_g/J)) of its N_g GPUs, J as above). On one type it is ρ itself.
 """
 
 from __future__ import annotations
@@ -33,15 +37,16 @@ class JobRecord:
     fairness: float | None  # ρ = JCT / isolated JCT; > 1: worse off than on its own share
     gpu_seconds_by_type: Mapping[str, float] = field(default_factory=dict)  # restores included
     tenant: str | None = None  # its tenant, in a run with a tenants file
+    sia_fairness: float | None = None  # ρ by Sia's Equation 3, the expectation over GPU types; = fairness on one
 
     def as_row(self) -> dict[str, object]:
-        """One CSV row: the per-type GPU-seconds as columns `gpu_seconds_<type>`; the tenant after the name, in a run
-        with tenants (without, the columns are as they were)."""
+        """One CSV row: the per-type GPU-seconds as columns `gpu_seconds_<type>`, then `sia_fairness` last; the
+        tenant after the name, in a run with tenants (without, the columns are as they were)."""
         row = asdict(self)
-        by_type, tenant = row.pop("gpu_seconds_by_type"), row.pop("tenant")
+        by_type, tenant, sia = row.pop("gpu_seconds_by_type"), row.pop("tenant"), row.pop("sia_fairness")
         if tenant is not None:
             row = {"name": row.pop("name"), "tenant": tenant} | row
-        return row | {f"gpu_seconds_{t}": s for t, s in by_type.items()}
+        return row | {f"gpu_seconds_{t}": s for t, s in by_type.items()} | {"sia_fairness": sia}
 
 
 @dataclass(frozen=True)
@@ -70,9 +75,12 @@ def summarize(
 ) -> dict[str, float]:
     """Summary metrics, seconds throughout (`avg_jct_s` among them) but for GPU-hours per job, the Sia paper's
     unit: GPUs held × time, restores included, over all jobs. Contention is the Sia paper's too: jobs running or
-    queued per round, over the rounds with any. Utilization per GPU type as `gpu_utilization_<type>`."""
+    queued per round, over the rounds with any. Utilization per GPU type as `gpu_utilization_<type>`. Finish-time
+    fairness twice: `unfair_share` (ρ > 1) and `worst_fairness` of Themis' ρ, and `sia_unfair_share` and
+    `sia_worst_fairness` of Sia's Equation 3, the same on one GPU type."""
     jct = np.array([j.jct_s for j in jobs if j.jct_s is not None], dtype=np.float64)
     fairness = np.array([j.fairness for j in jobs if j.fairness is not None], dtype=np.float64)
+    sia_fairness = np.array([j.sia_fairness for j in jobs if j.sia_fairness is not None], dtype=np.float64)
     finished = [j for j in jobs if j.finish_s is not None]
     busy = [p for p in timeline if p.jobs_running + p.jobs_queued > 0]
     contention = np.array([p.jobs_running + p.jobs_queued for p in busy], dtype=np.float64)
@@ -97,6 +105,8 @@ def summarize(
         "gpu_utilization": float(np.mean([p.gpus_in_use for p in busy]) / num_gpus) if busy else 0.0,
         "unfair_share": float(np.mean(fairness > 1.0)) if fairness.size else float("nan"),
         "worst_fairness": float(fairness.max()) if fairness.size else float("nan"),
+        "sia_unfair_share": float(np.mean(sia_fairness > 1.0)) if sia_fairness.size else float("nan"),
+        "sia_worst_fairness": float(sia_fairness.max()) if sia_fairness.size else float("nan"),
     }
 
 

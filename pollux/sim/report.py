@@ -11,7 +11,7 @@ from typing import Any
 
 from pollux.sim.palette import policy_colors
 from pollux.sim.run import SimResult
-from pollux.sim.table import HOUR_S, in_table_order
+from pollux.sim.table import HOUR_S, in_table_order, several_gpu_types
 
 PANELS_PER_ROW = 4  # gpu-hours-by-type.png: eight policies in one row made a 3,000-px strip
 
@@ -78,7 +78,7 @@ def figures(results: Sequence[SimResult]) -> dict[str, Any]:
     order of `results`: the JCT CDF, the cluster over time, GPU-hours by type only where the jobs had several GPU
     types to run on (on one, it is a strip of one-colour panels), the nodes over time only where the run autoscaled."""
     made = {"jct-cdf.png": jct_cdf(results), "cluster-timeline.png": cluster_timeline(results)}
-    if len({t for r in results for j in r.jobs for t in j.gpu_seconds_by_type}) > 1:
+    if several_gpu_types(results):
         made["gpu-hours-by-type.png"] = gpu_hours_by_type(results)
     if any(r.nodes for r in results):
         made["nodes-timeline.png"] = nodes_timeline(results)

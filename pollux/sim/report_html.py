@@ -1,10 +1,10 @@
 """`report.html` of `pollux simulate --out DIR`: the run's comparison table and charts in one self-contained file.
 
-The data (summary per policy, JCTs, fairness, the cluster over time, each job's GPUs and batch over time; in a run
-with tenants, a row per policy and tenant: received against entitled GPU-hours, JCT, guarantee held) is inlined as
-JSON and drawn by the dashboard's own charting script, so the report looks like the dashboard and opens from disk
-without a network. The job shown first is the one whose GPUs or batch changed most often, summed over the policies:
-the job where elastic scheduling shows (any other is a click away).
+The data (summary per policy, JCTs, fairness ρ as Themis and as Sia's Equation 3 measure it, the cluster over time,
+each job's GPUs and batch over time; in a run with tenants, a row per policy and tenant: received against entitled
+GPU-hours, JCT, guarantee held) is inlined as JSON and drawn by the dashboard's own charting script, so the report
+looks like the dashboard and opens from disk without a network. The job shown first is the one whose GPUs or batch
+changed most often, summed over the policies: the job where elastic scheduling shows (any other is a click away).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ def report_data(results: Sequence[SimResult], title: str, num_gpus: int) -> dict
                 "cells": [column.cell(result) for column in columns],
                 "jct_s": [j.jct_s for j in result.jobs if j.jct_s is not None],
                 "fairness": [_finite(j.fairness) for j in result.jobs if j.fairness is not None],
+                "sia_fairness": [_finite(j.sia_fairness) for j in result.jobs if j.sia_fairness is not None],
                 "timeline": [[p.time_s, p.gpus_in_use, p.jobs_queued] for p in result.timeline],
                 "job_timelines": {name: [list(p) for p in points] for name, points in result.job_timelines.items()},
                 "finish_s": {j.name: j.finish_s for j in result.jobs},

@@ -172,11 +172,11 @@ class TrueStepTime:
         return accumulated_step_time(step_s, sync_s, accum_steps)
 
 
-def isolated_jct(job: SimJob, gpus: int, config: SimConfig) -> float:
-    """JCT of `job`'s model alone on `gpus` GPUs packed on the largest nodes of the GPU type it ran on last (at
-    most all of them), from submission, with one restart delay."""
-    cluster = config.cluster
-    sizes = [cluster.node_gpus[n] for n in cluster.nodes_of_type(job.gpu_type)]
+def isolated_jct(job: SimJob, gpus: int, config: SimConfig, gpu_type: str | None = None) -> float:
+    """JCT of `job`'s model alone on `gpus` GPUs packed on the largest nodes of `gpu_type` (None: the type it ran on
+    last; at most all of them), from submission, with one restart delay."""
+    cluster, gpu_type = config.cluster, gpu_type or job.gpu_type
+    sizes = [cluster.node_gpus[n] for n in cluster.nodes_of_type(gpu_type)]
     alloc = packed_placement(min(gpus, sum(sizes)), sizes)
     # The job alone keeps the throughput models it learned in the shared run, rather than learning them again.
     solo = SimJob(
@@ -184,12 +184,38 @@ def isolated_jct(job: SimJob, gpus: int, config: SimConfig) -> float:
         job.typed,
         fit_throughput_model=False,
         type_aware=job.type_aware,
-        gpu_type=job.gpu_type,
+        gpu_type=gpu_type,
         params_by_type=dict(job.params_by_type),
     )
     solo.reallocate(alloc, 0.0, config.restart_delay_s)
     solo.advance(0.0, float(MAX_SIMULATED_S))
     return float(solo.completion_time_s) if solo.completion_time_s is not None else float("nan")
+
+
+def fair_share(job: SimJob, gpus: int, contention: float, gpu_type: str | None = None) -> int:
+    """A fair 1/J share of `gpus` GPUs for J = `contention` jobs: max(1, round(gpus / J)), at most what `job` may
+    use on `gpu_type` (None: the type it ran on last)."""
+    return max(1, min(round(gpus / max(contention, 1.0)), job.max_gpus(gpu_type)))
+
+
+def alone_by_type(job: SimJob, contention: float, config: SimConfig, known: tuple[str, int, float]) -> dict[str, float]:
+    """The job's JCT alone on a fair share (`fair_share`) of each GPU type's GPUs, for the types it has a model of,
+    in the cluster's order; `known` is the isolated run made already, (type, GPUs, JCT): on one type, the only one."""
+    cluster = config.cluster
+    alone: dict[str, float] = {}
+    for gpu_type in cluster.gpu_types:
+        if gpu_type in job.typed.gpu_types:
+            gpus = fair_share(job, cluster.gpus_of_type(gpu_type), contention, gpu_type)
+            alone[gpu_type] = known[2] if (gpu_type, gpus) == known[:2] else isolated_jct(job, gpus, config, gpu_type)
+    return alone
+
+
+def sia_fairness(jct: float, alone: Mapping[str, float], cluster: Cluster) -> float:
+    """ρ by Sia's Equation 3, Σ_g P(G = g)·ρ_g: ρ_g = `jct` / `alone[g]`, the JCT alone on a fair share of type g's
+    N_g GPUs, and P(G = g) = N_g / N, type g's share of the GPUs. A type the job has no model for cannot run it and is
+    not in `alone`: N counts the GPUs of the types it may use (on one type, P = 1 and ρ is Themis' ρ exactly)."""
+    total = sum(cluster.gpus_of_type(t) for t in alone)
+    return sum(cluster.gpus_of_type(t) / total * (jct / jct_alone) for t, jct_alone in alone.items())
 
 
 def simulate(
@@ -314,15 +340,19 @@ def _track(tracks: dict[str, list[tuple[float, int, int]]], active: Sequence[Sim
 def _records(backend: SimBackend, timeline: Sequence[TimelinePoint], config: SimConfig) -> tuple[JobRecord, ...]:
     times = np.array([p.time_s for p in timeline])
     active = np.array([p.jobs_running + p.jobs_queued for p in timeline], dtype=np.float64)
-    total_gpus = config.cluster.num_gpus
+    cluster = config.cluster
+    total_gpus = cluster.num_gpus
     records = []
     for job in backend.jobs:
         spec, finish = job.spec, job.completion_time_s
         jct = None if finish is None else finish - spec.submit_time_s
         window = (times >= spec.submit_time_s) & (times <= (finish if finish is not None else times[-1]))
         contention = float(active[window].mean()) if np.any(window) else 1.0
-        share = max(1, min(round(total_gpus / max(contention, 1.0)), job.max_gpus()))
+        share = fair_share(job, total_gpus, contention)
         alone = isolated_jct(job, share, config)
+        expected = None
+        if jct is not None and alone:
+            expected = sia_fairness(jct, alone_by_type(job, contention, config, (job.gpu_type, share, alone)), cluster)
         records.append(
             JobRecord(
                 name=spec.name,
@@ -339,6 +369,7 @@ def _records(backend: SimBackend, timeline: Sequence[TimelinePoint], config: Sim
                 fairness=None if jct is None or not alone else jct / alone,
                 gpu_seconds_by_type={t: job.gpu_s_by_type.get(t, 0.0) for t in config.cluster.gpu_types},
                 tenant=spec.tenant if config.tenants is not None else None,
+                sia_fairness=expected,
             )
         )
     return tuple(records)

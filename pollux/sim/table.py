@@ -58,6 +58,15 @@ COLUMNS = (
     ),
     Column("worst ρ", "the largest ρ: how much worse off the worst-treated job was", _metric("worst_fairness", ".1f")),
 )
+SIA_FAIRNESS_COLUMNS = (
+    Column(
+        "Sia ρ>1",
+        "share of jobs with ρ > 1 by the Sia paper's Equation 3, where ρ is the mean over GPU types, each weighted by "
+        "its share of the GPUs, of JCT / JCT alone on a fair 1/J share of that type's GPUs",
+        _metric("sia_unfair_share", ".0%"),
+    ),
+    Column("Sia worst ρ", "the largest ρ by Sia's Equation 3", _metric("sia_worst_fairness", ".1f")),
+)
 AUTOSCALE_COLUMNS = (
     Column(
         "node-h",
@@ -86,12 +95,23 @@ WALL = Column(
 )
 
 
+def several_gpu_types(results: Sequence[SimResult]) -> bool:
+    """Whether the cluster of the run had more than one GPU type."""
+    return len({t for r in results for j in r.jobs for t in j.gpu_seconds_by_type}) > 1
+
+
 def columns_of(results: Sequence[SimResult]) -> tuple[Column, ...]:
-    """The table's columns after the policy's name (node columns where a run autoscaled, tenant columns where it had
-    tenants)."""
+    """The table's columns after the policy's name (Sia's fairness where the cluster had several GPU types, on one
+    it is ρ again; node columns where a run autoscaled, tenant columns where it had tenants)."""
     autoscaled = any("node_hours" in r.summary for r in results)
     tenants = any(r.tenants for r in results)
-    return (*COLUMNS, *(AUTOSCALE_COLUMNS if autoscaled else ()), *(TENANT_COLUMNS if tenants else ()), WALL)
+    return (
+        *COLUMNS,
+        *(SIA_FAIRNESS_COLUMNS if several_gpu_types(results) else ()),
+        *(AUTOSCALE_COLUMNS if autoscaled else ()),
+        *(TENANT_COLUMNS if tenants else ()),
+        WALL,
+    )
 
 
 @dataclass(frozen=True)

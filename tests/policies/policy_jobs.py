@@ -102,6 +102,7 @@ def rigid_baselines() -> dict[str, Callable[[], Policy]]:
     from pollux.policies.astraea import AstraeaPolicy
     from pollux.policies.fifo import FifoPolicy
     from pollux.policies.optimus import OptimusPolicy
+    from pollux.policies.themis import ThemisPolicy
     from pollux.policies.tiresias import TiresiasPolicy
 
     return {
@@ -112,4 +113,5 @@ def rigid_baselines() -> dict[str, Callable[[], Policy]]:
         ),
         "optimus": OptimusPolicy,
         "astraea": lambda: AstraeaPolicy(lease_s=180.0),
+        "themis": lambda: ThemisPolicy(lease_s=180.0),
     }

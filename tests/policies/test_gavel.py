@@ -14,8 +14,9 @@ from policy_jobs import PARAMS, view
 from pollux.cluster import Cluster, NodeGroup, validate_allocations
 from pollux.goodput import BatchConfig
 from pollux.policies.base import JobView, PolicyResult
-from pollux.policies.gavel import GavelPolicy, max_sum_throughput, type_fit
+from pollux.policies.gavel import GavelPolicy, max_sum_throughput
 from pollux.policies.registry import make_policy
+from pollux.policies.tuned_jobs import type_fit
 
 ROUND_S = 360.0
 SPEED = {"aws": 1.0, "quad": 1.5, "rtx": 2.0, "dgx-ext": 5.0}  # relative compute speed of each type

@@ -48,9 +48,11 @@ def test_the_report_opens_from_disk_with_its_table_and_charts(report, browser, a
         "[...document.querySelectorAll('#summary-body tr td:first-child')].map(td => td.textContent)"
     )
     assert sorted(policies) == sorted(r.policy for r in results)
-    for chart in ("jct-cdf", "fairness", "gpus-in-use", "queued", "job-gpus", "job-batch"):
+    for chart in ("jct-cdf", "fairness", "sia-fairness", "gpus-in-use", "queued", "job-gpus", "job-batch"):
         lines = browser.evaluate(f"document.querySelectorAll('#{chart} svg path').length")
         assert lines == len(results), f"{chart}: {lines} lines for {len(results)} policies"
+    marks = browser.evaluate("[...document.querySelectorAll('#sia-fairness svg line.mark')].map(l => l.textContent)")
+    assert marks == ["ρ = 1"], "Sia's ρ CDF marks ρ = 1"
     chosen = browser.evaluate("document.getElementById('job-choice').value")
     assert chosen in {job.name for job in results[0].jobs}
     browser.screenshot(artifact_dir / "report.png")

@@ -15,7 +15,7 @@ from rich.progress import Progress
 from pollux.cluster import Cluster
 from pollux.console import plain_console
 from pollux.policies.registry import POLICIES, make_policy
-from pollux.sim.cli import summary_table
+from pollux.sim.cli import summary_table, table_width
 from pollux.sim.palette import PALETTE, POLICY_COLORS, policy_colors
 from pollux.sim.parametric import load_catalog
 from pollux.sim.progress import SimulatingSeconds
@@ -117,6 +117,24 @@ def test_gpu_hours_by_type_is_drawn_only_where_jobs_had_several_gpu_types(result
     assert "gpu-hours-by-type.png" in made
     for fig in made.values():
         plt.close(fig)
+
+
+def test_sias_fairness_has_columns_only_where_the_cluster_had_several_gpu_types(results):
+    labels = [column.label for column in columns_of(results)]
+    assert "Sia worst ρ" not in labels and "worst ρ" in labels  # on one type it is ρ again
+    typed = [
+        replace(r, jobs=tuple(replace(j, gpu_seconds_by_type={"aws": j.gpu_seconds, "rtx": 0.0}) for j in r.jobs))
+        for r in results
+    ]
+    labels = [column.label for column in columns_of(typed)]
+    assert labels.index("worst ρ") + 2 == labels.index("Sia worst ρ")
+    first = report_data(typed, "typed", 8)["policies"][0]
+    worst = in_table_order(typed)[0].summary["sia_worst_fairness"]
+    assert first["cells"][labels.index("Sia worst ρ")] == f"{worst:.1f}"
+    console = plain_console(width=table_width(typed))
+    with console.capture() as captured:
+        console.print(summary_table(typed, "on two types"))
+    assert "…" not in captured.get(), "the added columns cut no header short"
 
 
 def test_the_cli_table_explains_every_column_in_its_caption(results):

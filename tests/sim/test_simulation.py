@@ -82,6 +82,20 @@ def test_same_workload_and_policy_give_identical_results(models):
     assert first.summary["avg_jct_s"] == second.summary["avg_jct_s"]
 
 
+@pytest.mark.parametrize("policy_name", ["fifo", "pollux"])
+def test_on_one_gpu_type_sias_fairness_is_themis_rho_exactly(models, policy_name):
+    rows = [
+        row(f"j{i}", 300 * i, app, 2, 256 if app == "cifar10" else 24)
+        for i, app in enumerate(["cifar10", "bert", "cifar10", "bert", "cifar10", "cifar10"])
+    ]
+    result = simulate(rows, make_policy(policy_name), models, SimConfig(cluster=Cluster(2, 4)))
+    assert all(job.fairness is not None for job in result.jobs)
+    assert [job.sia_fairness for job in result.jobs] == [job.fairness for job in result.jobs]
+    assert result.summary["sia_worst_fairness"] == result.summary["worst_fairness"]
+    assert result.summary["sia_unfair_share"] == result.summary["unfair_share"]
+    assert list(result.jobs[0].as_row())[-1] == "sia_fairness"
+
+
 def test_a_job_larger_than_the_cluster_is_refused_before_simulating(models):
     with pytest.raises(SpecError, match="asks for 16 GPUs"):
         simulate([row("big", 0, "cifar10", 16, 2048)], make_policy("fifo"), models, SimConfig(Cluster(2, 4)))

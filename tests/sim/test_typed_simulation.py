@@ -193,3 +193,31 @@ def test_every_round_keeps_each_types_capacity_and_each_jobs_memory_on_its_type(
             seen_types.add(gpu_type)
         assert all(used[t] <= cluster.gpus_of_type(t) for t in cluster.gpu_types)
     assert len(seen_types) >= 2
+
+
+# Sia's Equation 3 (docs/design.md, "Metrics"): P(slow) = 12/16 and P(fast) = 4/16 of the GPUs.
+SKEWED = Cluster.of_groups([NodeGroup("slow", 3, 4), NodeGroup("fast", 1, 4)])
+
+
+def lone_run(row: WorkloadJob, models, cluster: Cluster):
+    """The one job of a workload of one, under fifo (its GPUs and batch fixed) on `cluster`."""
+    config = SimConfig(cluster=cluster)
+    (job,) = simulate([row], simulated_policy("fifo", config, models), models, config).jobs
+    return job
+
+
+def test_sia_fairness_weighs_rho_on_each_types_gpus_alone_by_the_types_share_of_the_gpus(models):
+    row = WorkloadJob("c", 0, "cifar10", 4, 512)
+    job = lone_run(row, models, SKEWED)
+    # Alone on each type's GPUs: what a cluster of that type only measures as the job's isolated JCT (J = 1).
+    slow = lone_run(row, models, Cluster.of_groups([NodeGroup("slow", 3, 4)])).isolated_jct_s
+    fast = lone_run(row, models, Cluster.of_groups([NodeGroup("fast", 1, 4)])).isolated_jct_s
+    assert fast < slow / 2
+    assert job.sia_fairness == pytest.approx(12 / 16 * job.jct_s / slow + 4 / 16 * job.jct_s / fast, rel=1e-12)
+
+
+def test_a_type_a_job_has_no_model_for_leaves_its_sia_fairness(models):
+    """A job that cannot run on `fast` is compared with the slow GPUs alone: P(slow) is 1 for it, not 12/16."""
+    slow_only = {"cifar10": TypedJobModel("cifar10", {"slow": models["cifar10"].on("slow")})}
+    job = lone_run(WorkloadJob("c", 0, "cifar10", 4, 512), slow_only, SKEWED)
+    assert job.sia_fairness == job.jct_s / job.isolated_jct_s == job.fairness

@@ -39,10 +39,12 @@ const PolluxCharts = (() => {
   }
 
   // series: [{name, points: [[x, y], ...], step, color}]; options: xLabel, yLabel, xFormat, yFormat, logX, yMin,
-  // yMax, height. Draws into `container` (emptied first).
+  // yMax, height, xMarks ([{x, label}]: dashed vertical lines, labelled, the x range stretched to show them). Draws into
+  // `container` (emptied first).
   function lineChart(container, series, options = {}) {
     const width = 560, height = options.height || 220, left = 52, right = 12, top = 10, bottom = 38;
     const shown = series.filter((s) => s.points.length);
+    const marks = options.xMarks || [];
     const xs = shown.flatMap((s) => s.points.map((p) => p[0]));
     const ys = shown.flatMap((s) => s.points.map((p) => p[1])).filter((y) => y !== null && Number.isFinite(y));
     container.replaceChildren();
@@ -53,7 +55,7 @@ const PolluxCharts = (() => {
       svg.appendChild(el("text", { x: width / 2, y: height / 2, "text-anchor": "middle" }, options.empty || "no data yet"));
       return;
     }
-    let x0 = Math.min(...xs), x1 = Math.max(...xs);
+    let x0 = Math.min(...xs, ...marks.map((m) => m.x)), x1 = Math.max(...xs, ...marks.map((m) => m.x));
     if (options.logX) { x0 = Math.max(x0, 1e-9); }
     if (x1 === x0) x1 = x0 + 1;
     let y0 = options.yMin !== undefined ? options.yMin : Math.min(0, ...ys);
@@ -79,6 +81,12 @@ const PolluxCharts = (() => {
     if (options.yLabel) {
       svg.appendChild(el("text", { x: 12, y: (top + height - bottom) / 2, "text-anchor": "middle",
         transform: `rotate(-90 12 ${(top + height - bottom) / 2})` }, options.yLabel));
+    }
+    for (const mark of marks) {
+      const line = el("line", { class: "mark", x1: px(mark.x), x2: px(mark.x), y1: top, y2: height - bottom,
+        stroke: "#6b7385", "stroke-dasharray": "4 3" });
+      line.appendChild(el("title", {}, mark.label));
+      svg.append(line, el("text", { x: px(mark.x) + 4, y: top + 10, fill: "#6b7385" }, mark.label));
     }
     shown.forEach((s, i) => {
       const color = s.color || PALETTE[i % PALETTE.length];

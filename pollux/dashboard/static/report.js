@@ -74,6 +74,10 @@
   lineChart($("fairness"), per((p) => cdf(p.fairness)),
     { logX: true, xLabel: "ρ = JCT / JCT alone on a fair share (log scale; > 1: worse off)", yLabel: "fraction of jobs",
       yMin: 0, yMax: 1, title: "finish-time fairness CDF" });
+  // Sia's Equation 3: ρ's expectation over the GPU types, each weighted by its share of the GPUs (on one type, ρ).
+  lineChart($("sia-fairness"), per((p) => cdf(p.sia_fairness)),
+    { logX: true, xLabel: "ρ = Σ_g (type g's share of the GPUs) · ρ on g alone (log scale; > 1: worse off)", yLabel: "fraction of jobs",
+      yMin: 0, yMax: 1, xMarks: [{ x: 1, label: "ρ = 1" }], title: "Sia's finish-time fairness CDF" });
   lineChart($("gpus-in-use"), per((p) => p.timeline.map((t) => [hours(t[0]), t[1]])),
     { xLabel: "simulated time (hours)", yLabel: "GPUs in use", yMin: 0, yMax: data.num_gpus, title: "GPUs in use" });
   lineChart($("queued"), per((p) => p.timeline.map((t) => [hours(t[0]), t[2]])),
