@@ -6,7 +6,9 @@ it on rank 0 with this fit and broadcasts the result, so every replica uses the 
 
 from __future__ import annotations
 
-from pollux.goodput import ThroughputLog, ThroughputParams, ThroughputSamples, fit_throughput
+from dataclasses import replace
+
+from pollux.goodput import BatchLimits, ThroughputLog, ThroughputParams, ThroughputSamples, fit_throughput
 from pollux.goodput.fit import NOISY_BSZ_SPREAD
 
 
@@ -20,3 +22,19 @@ def refit(log: ThroughputLog, previous: ThroughputParams | None = None) -> Throu
 def fit_measured(samples: ThroughputSamples, previous: ThroughputParams | None = None) -> ThroughputParams:
     """`fit_throughput` on measured step times: noisy, so close batch sizes do not identify the per-example cost."""
     return fit_throughput(samples, previous, NOISY_BSZ_SPREAD)
+
+
+# The batch may grow to at most this many times the most examples per replica the job has measured: the throughput
+# model extrapolates beyond its samples, and a noisy fit (per-example cost near zero) would send the job to its
+# largest batch at once. It measures the new size, and the next decision sees it (the scheduler's bound on GPUs is
+# the same idea: docs/design.md, "Goodput model").
+BATCH_EXPLORATION_FACTOR = 2
+
+
+def explored_limits(limits: BatchLimits, max_replica_batch: int, replicas: int) -> BatchLimits:
+    """`limits` with the total batch capped at `BATCH_EXPLORATION_FACTOR` × the most examples per replica measured
+    (`ThroughputLog.max_replica_batch`) × `replicas`, never below M0; unchanged before any measurement."""
+    if max_replica_batch <= 0:
+        return limits
+    cap = max(limits.init_batch_size, BATCH_EXPLORATION_FACTOR * max_replica_batch * replicas)
+    return limits if cap >= limits.max_batch_size else replace(limits, max_batch_size=cap)

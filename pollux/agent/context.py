@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from pollux.agent import environment
-from pollux.agent.adapt import fit_measured
+from pollux.agent.adapt import explored_limits, fit_measured
 from pollux.agent.checkpoint import CheckpointStore
 from pollux.agent.report import (
     BatchInUse,
@@ -426,6 +426,7 @@ class AgentContext:
         choice = torch.zeros(2, dtype=torch.int64)
         if self.rank == 0:
             self.refit_throughput(loader.refit_interval_s)
+            limits = explored_limits(limits, self.throughput_log.max_replica_batch, self.world_size)
             decision = decide_batch(limits, self.throughput_params, self.grad_stats(), self.num_nodes, self.world_size)
             config = decision.config
             choice[0], choice[1] = config.local_bsz, config.accum_steps

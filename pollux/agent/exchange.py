@@ -173,6 +173,6 @@ class StatisticsExchange:
             global_sqr / window.measured_steps,
             window.big_batch_size,
             window.init_batch_size,
-            steps=window.measured_steps,
+            steps=window.steps,  # the window's weight: every step it trained, measured or not (a sample of them)
             num_examples=window.num_examples,
         )

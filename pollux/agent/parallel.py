@@ -39,8 +39,12 @@ class AdaptiveDataParallel(DistributedDataParallel):
 
     `scaling_rule` defaults to `AdaScale()`. `gns_smoothing` is the EMA factor per M0-batch of examples for the
     gradient statistics; `statistics_interval_steps` how many steps the replicas pool before exchanging them (and
-    a stop request), see pollux.agent.exchange. Other keyword arguments go to `DistributedDataParallel`.
-    Construct it after `init_process_group`: on a restart it loads the checkpointed model, optimizer and scheduler.
+    a stop request), see pollux.agent.exchange; `measure_every_steps`: the gradients' norms are taken on one step
+    in that many (two in a row where one gradient per step is paired with the previous one). The estimate is an
+    average over hundreds of steps, so measuring all of them buys little precision for its cost: a norm per
+    parameter per step is the largest part of the agent's work in a short step. Other keyword arguments go to
+    `DistributedDataParallel`. Construct it after `init_process_group`: on a restart it loads the checkpointed
+    model, optimizer and scheduler.
     """
 
     def __init__(
@@ -53,6 +57,7 @@ class AdaptiveDataParallel(DistributedDataParallel):
         name: str = "model",
         gns_smoothing: float = 0.999,
         statistics_interval_steps: int = 4,
+        measure_every_steps: int = 4,
         agent: AgentContext | None = None,
         **ddp_kwargs: Any,
     ) -> None:
@@ -69,6 +74,9 @@ class AdaptiveDataParallel(DistributedDataParallel):
         self.noise = NoiseScaleEstimator(gns_smoothing)
         self.last_lr_factor = 1.0
         self._progress_gain = AdaScale()  # progress in M0-steps is the AdaScale gain, whatever rule scales the LR
+        if measure_every_steps < 1:
+            raise AgentError(f"measure_every_steps must be >= 1, got {measure_every_steps}")
+        self.measure_every_steps = measure_every_steps
         self._meter = GradientMeter(module.parameters(), optimizer, agent.tracker)
         device = next((p.device for p in self._meter.params), torch.device("cpu"))
         self._exchange = StatisticsExchange(
@@ -169,7 +177,7 @@ class AdaptiveDataParallel(DistributedDataParallel):
             tracker = agent.tracker
             self.require_backward_grad_sync = micro.ends_step
             tracker.forward_seen = True
-            self._meter.collecting = tracker.multi_gradient and self._meter.ready
+            self._meter.collecting = tracker.multi_gradient and self._meter.ready and self._measures(agent.steps)
         else:  # outside the training loop: plain DDP (a user's own no_sync() is left alone)
             self._meter.collecting = False
         return super().forward(*inputs, **kwargs)
@@ -189,6 +197,13 @@ class AdaptiveDataParallel(DistributedDataParallel):
             return False
         self._scheduler_seen_steps = tracker.optimizer_steps
         return True
+
+    def _measures(self, step: int) -> bool:
+        """Whether the gradients of optimizer step `step` (counted from 0) are measured: the last of every
+        `measure_every_steps`, and the one before it where one gradient per step is paired with the previous."""
+        phase, every = step % self.measure_every_steps, self.measure_every_steps
+        tracker = self.agent.tracker
+        return phase == every - 1 or (not tracker.multi_gradient and phase == every - 2)
 
     def _step(self, *args: Any, **kwargs: Any) -> Any:
         agent = self._agent
@@ -245,7 +260,8 @@ class AdaptiveDataParallel(DistributedDataParallel):
         """
         meter = self._meter
         local_sqr = meter.take_local_sqr()
-        measure = full and meter.ready  # not a partial step, nor Adam's denominators still settling
+        # a sampled step, not a partial one, nor one while Adam's denominators still settle
+        measure = full and meter.ready and self._measures(agent.steps)
         pre = meter.preconditioned_grads() if measure else []
         global_sqr = meter.sqr_norm(pre) if measure else None
         measured = (local_sqr, float(micro_steps), global_sqr, batch_size) if measure else None

@@ -48,6 +48,11 @@ class ThroughputLog:
         "Goodput model")."""
         return max((key[1] for key in self._times), default=0)
 
+    @property
+    def max_replica_batch(self) -> int:
+        """The most examples one replica has trained on in a step (per-GPU batch × micro-batches); 0 before any."""
+        return max((key[2] * (key[3] + 1) for key in self._times), default=0)
+
     def steps_recorded(self) -> int:
         return sum(self._counts.values())
 

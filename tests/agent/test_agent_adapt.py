@@ -3,7 +3,7 @@ loader's check of its limits)."""
 
 import pytest
 
-from pollux.agent.adapt import refit
+from pollux.agent.adapt import BATCH_EXPLORATION_FACTOR, explored_limits, refit
 from pollux.agent.sampler import MicroBatch
 from pollux.agent.steps import StepTracker
 from pollux.errors import AgentError
@@ -96,3 +96,19 @@ def test_step_timing_splits_compute_from_unhidden_sync():
     assert timing.step_s == pytest.approx(0.025)
     assert (timing.micro_steps, timing.full) == (2, True)
     assert tracker.step_examples == 16
+
+
+def test_the_batch_grows_at_most_twice_what_a_replica_has_measured_per_decision():
+    """A fit whose per-example cost is all but zero wants the largest batch; the job goes there by doublings, each
+    measured before the next (the low-noise adaptation test jumped 34 -> 512 on such a fit)."""
+    free = refit(synthetic_log(beta=1e-9))
+    log = ThroughputLog()
+    log.record(1, 2, 16, 0, 0.01, 0.012)
+    log.record(1, 2, 12, 1, 0.01, 0.024)  # 24 examples per replica per step, in two micro-batches
+    limits = explored_limits(LIMITS, log.max_replica_batch, 2)
+    assert log.max_replica_batch == 24 and limits.max_batch_size == BATCH_EXPLORATION_FACTOR * 24 * 2
+    assert total(decide_batch(LIMITS, free, GradientStats(1.0, 1.0), 1, 2)) == 128  # 64 per replica, its memory's
+    assert total(decide_batch(limits, free, GradientStats(1.0, 1.0), 1, 2)) <= 96
+    assert explored_limits(LIMITS, 0, 2) == LIMITS  # nothing measured: nothing to extrapolate from
+    assert explored_limits(LIMITS, 4, 2).max_batch_size == LIMITS.init_batch_size  # never below M0
+    assert explored_limits(LIMITS, 512, 2) == LIMITS
