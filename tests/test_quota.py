@@ -4,12 +4,8 @@ stopped latest first), and a borrower's leases ended."""
 
 from __future__ import annotations
 
-import pytest
-
-from pollux.cluster import Allocation, Cluster, NodeGroup, num_gpus
-from pollux.engine import Scheduler
+from pollux.cluster import Allocation, Cluster, num_gpus
 from pollux.policies.base import JobView
-from pollux.policies.registry import make_policy
 from pollux.quota import QuotaLayer, RoundQuota
 from pollux.tenants import Tenant, Tenants
 
@@ -126,33 +122,3 @@ def test_enforcement_takes_gpus_back_from_the_jobs_the_round_moves_before_those_
     allocations = {"kept": (4, 0, 0), "grown": (0, 3, 0)}
     enforced, reasons = QuotaLayer(TWO).enforce(jobs, allocations, plan_of({"a": 5, "b": 4}), cluster, True)
     assert enforced == {"kept": (4, 0, 0), "grown": (0, 1, 0)} and set(reasons) == {"grown"}
-
-
-class Views:
-    """A backend that only records decisions: enough for one engine round over fixed views."""
-
-    def __init__(self, cluster: Cluster, jobs: list[JobView]) -> None:
-        self.cluster = cluster
-        self.jobs = jobs
-
-    def job_views(self, now: float) -> list[JobView]:
-        return self.jobs
-
-    def apply(self, decisions, now: float) -> None:
-        pass
-
-
-@pytest.mark.parametrize("policy", ["fifo", "tiresias", "gavel"])
-@pytest.mark.parametrize("budget_type", ["aws", "rtx"])
-def test_a_waiting_fixed_size_job_starts_on_the_gpu_type_its_tenants_budget_holds(policy, budget_type):
-    """Its tenant's budget lies on one type only. Placed on the other by the policy, enforcement would stop it every
-    round, and it would wait for ever on an idle cluster (a Philly-VC workload left a job so for 60 simulated days)."""
-    cluster = Cluster.of_groups([NodeGroup("aws", 2, 4), NodeGroup("rtx", 1, 8)])
-    tenants = Tenants(
-        (Tenant("a", guaranteed={budget_type: 4}, borrow=False), Tenant("b", guaranteed={"aws": 4, "rtx": 4}))
-    )
-    waiting = job("a1", "a", 4, held=cluster.empty())
-    result = Scheduler(make_policy(policy), Views(cluster, [waiting]), quota=QuotaLayer(tenants)).step(now=60.0)
-    assert result.quota is not None and result.quota.budgets["a"] == {"aws": 0, "rtx": 0, budget_type: 4}
-    assert list(result.allocations) == ["a1"], result.reasons
-    assert cluster.allocation_type(result.allocations["a1"]) == budget_type

@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 
 from pollux.cluster import Allocation, Cluster
+from pollux.engine import Decision
 from pollux.goodput import ThroughputParams
 from pollux.policies.base import JobView, Policy, PolicyResult
 
@@ -115,3 +116,18 @@ def rigid_baselines() -> dict[str, Callable[[], Policy]]:
         "astraea": lambda: AstraeaPolicy(lease_s=180.0),
         "themis": lambda: ThemisPolicy(lease_s=180.0),
     }
+
+
+class Views:
+    """A backend that only records decisions: enough for one engine round over fixed views."""
+
+    def __init__(self, cluster: Cluster, jobs: Sequence[JobView]) -> None:
+        self.cluster = cluster
+        self.jobs = list(jobs)
+        self.applied: list[Decision] = []
+
+    def job_views(self, now: float) -> list[JobView]:
+        return self.jobs
+
+    def apply(self, decisions: Sequence[Decision], now: float) -> None:
+        self.applied.extend(decisions)

@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from policy_jobs import random_jobs, view
+from policy_jobs import Views, random_jobs, view
 
 from pollux.cluster import Allocation, Cluster, NodeGroup, validate_allocations
-from pollux.engine import Decision, Scheduler
+from pollux.engine import Scheduler
 from pollux.errors import SpecError
 from pollux.policies.astraea import DEFAULT_LEASE_S, AstraeaPolicy
 from pollux.policies.base import JobView
@@ -204,21 +204,6 @@ def test_no_tenant_ever_holds_more_than_its_budget_and_every_job_runs_at_its_req
 
 
 # -- behind the engine's quota layer, and in the simulator ----------------------------------------------------------
-class Views:
-    """A backend that only records decisions: enough for one engine round over fixed views."""
-
-    def __init__(self, cluster: Cluster, jobs: Sequence[JobView]) -> None:
-        self.cluster = cluster
-        self.jobs = list(jobs)
-        self.applied: list[Decision] = []
-
-    def job_views(self, now: float) -> list[JobView]:
-        return self.jobs
-
-    def apply(self, decisions: Sequence[Decision], now: float) -> None:
-        self.applied.extend(decisions)
-
-
 def test_behind_the_quota_layer_a_borrowing_tenant_gives_back_its_gpus_within_one_round():
     """A borrowed all 4 GPUs while B had no jobs; B submits 2 jobs and is guaranteed 2: A's leased jobs with most
     GPU-time yield at once (its budget is 2), and B's jobs start."""
