@@ -400,12 +400,13 @@ class AgentContext:
         self._fit = (self.type_key, self._worker().submit(fit_measured, samples, self.throughput_params))
         self._fitted_at = now
 
-    def collect_refit(self) -> None:
-        """Rank 0: wait for the fit in flight, if any, and adopt it (a degenerate fit must not kill the job: the
-        previous one is kept)."""
-        fit, self._fit = self._fit, None
-        if fit is None:
+    def collect_refit(self, wait: bool = True) -> None:
+        """Rank 0: adopt the fit in flight, if any, waiting for it unless `wait` is False (then only a finished one);
+        a degenerate fit must not kill the job: the previous one is kept."""
+        fit = self._fit
+        if fit is None or not (wait or fit[1].done()):
             return
+        self._fit = None
         key, future = fit
         try:
             self.params_by_type[key] = future.result()
@@ -473,8 +474,9 @@ class AgentContext:
             return False
         changed = self.decide_batch(loader)
         if self.rank == 0 and time.monotonic() - self._reported_at >= REPORT_INTERVAL_S:
-            if loader.limits is None:
-                self.refit_throughput(loader.refit_interval_s)
+            if loader.limits is None:  # a fixed batch: the fit is only for the report, so never wait for it
+                self.collect_refit(wait=False)
+                self.start_refit(loader.refit_interval_s)
             self.write_report("running")
         return changed
 
