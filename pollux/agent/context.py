@@ -667,6 +667,9 @@ class AgentContext:
         any write still in flight, so nothing overwrites it."""
         if self.rank != 0 or self.report_path is None:
             return
+        loader = self.loader
+        if status != "running" and loader is not None and loader.limits is None:
+            self.refit_throughput(loader.refit_interval_s)  # a fixed batch's last report waits for its fit
         report = self.build_report(status)
         if report is None:
             return
