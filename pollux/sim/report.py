@@ -17,7 +17,8 @@ PANELS_PER_ROW = 4  # gpu-hours-by-type.png: eight policies in one row made a 3,
 
 
 def write_outputs(results: Sequence[SimResult], out_dir: Path, title: str = "", num_gpus: int = 0) -> list[Path]:
-    """Write summary.json (in a run with tenants, each policy's metrics hold a `tenants` object keyed by tenant),
+    """Write summary.json (in a run with tenants, each policy's metrics hold a `tenants` object keyed by tenant; in
+    one with experiments, an `experiments` object keyed by experiment: `pollux.sim.experiments.experiment_summary`),
     jobs-<policy>.csv, timeline-<policy>.csv, the plots (with autoscaling also nodes-<policy>.csv and
     nodes-timeline.png) and report.html (titled `title`, on a cluster of `num_gpus`); return the paths written.
     Plots and report list the policies in the table's order (`pollux.sim.table`)."""
@@ -30,6 +31,8 @@ def write_outputs(results: Sequence[SimResult], out_dir: Path, title: str = "", 
     for result in results:
         if result.tenants:  # a run with a tenants file: per tenant, beside the policy's metrics
             summary[result.policy]["tenants"] = result.tenants
+        if result.experiments:
+            summary[result.policy]["experiments"] = result.experiments
     summary_path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     written.append(summary_path)
     for result in results:
