@@ -4,7 +4,6 @@ a fixed per-GPU batch); and the per-experiment summary (makespan beside per-tria
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from pollux.errors import SpecError, TraceError
 from pollux.sim.cli import group_table
 from pollux.sim.experiments import WAITING_S, jobs_of, trial_name
 from pollux.sim.parametric import load_catalog
-from pollux.sim.report import write_outputs
+from pollux.sim.report import summary_json
 from pollux.sim.report_html import report_data
 from pollux.sim.run import SimConfig, SimResult, check_workload_fits, simulate, simulated_policy
 from pollux.sim.workload import Workload, WorkloadJob, read_workload, write_workload
@@ -125,14 +124,12 @@ def test_experiment_columns_round_trip_and_a_workload_without_them_is_written_as
     assert plain.read_text().splitlines()[0] == "name,time,application,num_replicas,batch_size"
 
 
-def test_summary_csv_table_and_report_give_each_experiments_makespan_beside_its_trials_jct(models, tmp_path: Path):
+def test_summary_csv_table_and_report_give_each_experiments_makespan_beside_its_trials_jct(models):
     rows = [WorkloadJob("hpo", 0, "ncf", 1, 32768, trials=4, concurrency=2), WorkloadJob("solo", 0, "ncf", 1, 32768)]
     result = run(rows, "fifo", models, Cluster(1, 2))
-    write_outputs([result], tmp_path, "hpo")
-    summary = json.loads((tmp_path / "summary.json").read_text())["fifo"]["experiments"]["hpo"]
+    summary = json.loads(json.dumps(summary_json([result])))["fifo"]["experiments"]["hpo"]  # as summary.json holds it
     assert summary["trials"] == 4 and summary["makespan_s"] >= summary["avg_trial_jct_s"] > 0
-    with (tmp_path / "jobs-fifo.csv").open() as handle:
-        named = [(r["name"], r["experiment"]) for r in csv.DictReader(handle)]
+    named = [(row["name"], row["experiment"]) for row in (job.as_row() for job in result.jobs)]  # jobs-fifo.csv
     assert named[:2] == [("hpo/trial-01", "hpo"), ("hpo/trial-02", "hpo")] and ("solo", "") in named
     console = Console(width=200, record=True)
     console.print(group_table([result], "experiment"))
