@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.sched_latency --typed
 	$(BIN)/python -m benchmarks.hetero
 	$(BIN)/python -m benchmarks.autoscale
+	$(BIN)/python -m benchmarks.hpo
 	$(BIN)/python -m benchmarks.fit_profiles_typed
 	$(BIN)/python -m benchmarks.search_quality
 	$(BIN)/python -m benchmarks.agent_overhead

@@ -28,6 +28,7 @@ from pollux.goodput import (
 from pollux.policies.base import JobView
 from pollux.policies.facts import JobFacts, gpu_bound, job_view
 from pollux.policies.placement import fixed_batch_config
+from pollux.sim.experiments import TrialArrivals
 from pollux.sim.jobmodel import JobModel, accumulated_step_time
 from pollux.sim.typed import TypedJobModel
 from pollux.tenants import DEFAULT_TENANT
@@ -54,6 +55,7 @@ class SimJobSpec:
     max_gpus: int | None = None  # extra cap (the artifact runs ncf on one GPU under elastic policies)
     batch_by_policy: bool = False  # the policy sends each job's batch with its allocation (elastic-DP)
     tenant: str = DEFAULT_TENANT  # the team it belongs to (`pollux.tenants`)
+    experiment: str | None = None  # the experiment it is a trial of (`pollux.sim.experiments`)
 
 
 @dataclass
@@ -345,6 +347,7 @@ class SimBackend:
             for name, model in self.models.items()
         }
         self._by_name = {job.spec.name: job for job in self.jobs}
+        self._arrivals = TrialArrivals(self.jobs)
 
     def _usable_types(self, model: TypedJobModel) -> tuple[str, ...]:
         usable = tuple(t for t in self._cluster.gpu_types if t in model.gpu_types)
@@ -371,10 +374,12 @@ class SimBackend:
         return all(job.done for job in self.jobs)
 
     def advance(self, now: float, seconds: float) -> None:
-        """Advance every running job from `now` by `seconds`, slowing distributed jobs that share a node."""
+        """Advance every running job from `now` by `seconds`, slowing distributed jobs that share a node; then submit
+        the trials whose slots the finished trials freed."""
         slowed = self._interfering_jobs() if self.interference > 0 else set()
         for job in self.jobs:
             job.advance(now, seconds, self.interference if job.spec.name in slowed else 0.0)
+        self._arrivals()
 
     def _interfering_jobs(self) -> set[str]:
         """Distributed jobs on a node that hosts another distributed job."""

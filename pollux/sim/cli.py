@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
@@ -214,24 +214,27 @@ def summary_table(results: list[SimResult], title: str) -> Table:
     return table
 
 
-def tenant_table(results: list[SimResult]) -> Table:
-    """One row per policy and tenant (`pollux.sim.table.tenant_rows`), each policy's tenants in a section of their
-    own, the policy named once: a screen for 20 tenants of one policy."""
+def group_table(results: list[SimResult], group: Literal["tenant", "experiment"]) -> Table:
+    """One row per policy and tenant (`group` "tenant", `pollux.sim.table.tenant_rows`) or experiment ("experiment",
+    `experiment_rows`), each policy's in a section of their own, the policy named once: a screen for 20 tenants of
+    one policy."""
     from rich.table import Table
 
-    from pollux.sim.table import TENANT_TABLE, tenant_rows
+    from pollux.sim.table import EXPERIMENT_TABLE, TENANT_TABLE, experiment_rows, tenant_rows
 
-    caption = "\n".join(f"{c.label}: {c.meaning}" for c in TENANT_TABLE)
-    table = Table(title="Tenants", caption=caption, caption_justify="left")
+    columns, rows = (
+        (TENANT_TABLE, tenant_rows(results)) if group == "tenant" else (EXPERIMENT_TABLE, experiment_rows(results))
+    )
+    caption = "\n".join(f"{c.label}: {c.meaning}" for c in columns)
+    table = Table(title=f"{group.capitalize()}s", caption=caption, caption_justify="left")
     table.add_column("policy", no_wrap=True, min_width=16)
-    table.add_column("tenant", no_wrap=True)
-    for column in TENANT_TABLE:
+    table.add_column(group, no_wrap=True)
+    for column in columns:
         table.add_column(column.label, justify="right")
-    rows = tenant_rows(results)
-    for i, (policy, tenant, cells) in enumerate(rows):
+    for i, (policy, name, cells) in enumerate(rows):
         first = i == 0 or rows[i - 1][0] != policy
         last = i + 1 == len(rows) or rows[i + 1][0] != policy
-        table.add_row(policy if first else "", tenant, *cells, end_section=last)
+        table.add_row(policy if first else "", name, *cells, end_section=last)
     return table
 
 
@@ -350,6 +353,8 @@ def simulate_command(
     wide = plain_console(width=max(console.width, table_width(results)))
     wide.print(summary_table(results, title))
     if config.tenants is not None:
-        wide.print(tenant_table(results))
+        wide.print(group_table(results, "tenant"))
+    if any(result.experiments for result in results):
+        wide.print(group_table(results, "experiment"))
     plots = ", ".join(p.name for p in paths if p.suffix == ".png")
     console.print(f"Wrote {len(paths)} files to {out}/ — plots: {plots}; open {out}/report.html", soft_wrap=True)

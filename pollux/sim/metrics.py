@@ -38,15 +38,21 @@ class JobRecord:
     gpu_seconds_by_type: Mapping[str, float] = field(default_factory=dict)  # restores included
     tenant: str | None = None  # its tenant, in a run with a tenants file
     sia_fairness: float | None = None  # ρ by Sia's Equation 3, the expectation over GPU types; = fairness on one
+    experiment: str | None = None  # in a run with experiments, the one it is a trial of ("" for none)
 
     def as_row(self) -> dict[str, object]:
         """One CSV row: the per-type GPU-seconds as columns `gpu_seconds_<type>`, then `sia_fairness` last; the
-        tenant after the name, in a run with tenants (without, the columns are as they were)."""
+        tenant after the name, in a run with tenants, and then the experiment, in a run with experiments (without
+        either, the columns are as they were)."""
         row = asdict(self)
         by_type, tenant, sia = row.pop("gpu_seconds_by_type"), row.pop("tenant"), row.pop("sia_fairness")
+        experiment = row.pop("experiment")
+        head = {"name": row.pop("name")}
         if tenant is not None:
-            row = {"name": row.pop("name"), "tenant": tenant} | row
-        return row | {f"gpu_seconds_{t}": s for t, s in by_type.items()} | {"sia_fairness": sia}
+            head["tenant"] = tenant
+        if experiment is not None:
+            head["experiment"] = experiment
+        return head | row | {f"gpu_seconds_{t}": s for t, s in by_type.items()} | {"sia_fairness": sia}
 
 
 @dataclass(frozen=True)

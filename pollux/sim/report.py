@@ -17,20 +17,15 @@ PANELS_PER_ROW = 4  # gpu-hours-by-type.png: eight policies in one row made a 3,
 
 
 def write_outputs(results: Sequence[SimResult], out_dir: Path, title: str = "", num_gpus: int = 0) -> list[Path]:
-    """Write summary.json (in a run with tenants, each policy's metrics hold a `tenants` object keyed by tenant),
-    jobs-<policy>.csv, timeline-<policy>.csv, the plots (with autoscaling also nodes-<policy>.csv and
-    nodes-timeline.png) and report.html (titled `title`, on a cluster of `num_gpus`); return the paths written.
-    Plots and report list the policies in the table's order (`pollux.sim.table`)."""
+    """Write summary.json (`summary_json`), jobs-<policy>.csv, timeline-<policy>.csv, the plots (with autoscaling
+    also nodes-<policy>.csv and nodes-timeline.png) and report.html (titled `title`, on a cluster of `num_gpus`);
+    return the paths written. Plots and report list the policies in the table's order (`pollux.sim.table`)."""
     from pollux.sim.report_html import write_report
 
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     summary_path = out_dir / "summary.json"
-    summary: dict[str, dict[str, object]] = {r.policy: dict(r.summary, wall_s=r.wall_s) for r in results}
-    for result in results:
-        if result.tenants:  # a run with a tenants file: per tenant, beside the policy's metrics
-            summary[result.policy]["tenants"] = result.tenants
-    summary_path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    summary_path.write_text(json.dumps(summary_json(results), indent=2, sort_keys=True) + "\n")
     written.append(summary_path)
     for result in results:
         written.append(_write_csv(out_dir / f"jobs-{result.policy}.csv", [j.as_row() for j in result.jobs]))
@@ -41,6 +36,19 @@ def write_outputs(results: Sequence[SimResult], out_dir: Path, title: str = "", 
     written.extend(plot(ordered, out_dir))
     written.append(write_report(ordered, out_dir, title or "simulation", num_gpus))
     return written
+
+
+def summary_json(results: Sequence[SimResult]) -> dict[str, dict[str, object]]:
+    """What summary.json holds: per policy its metrics and `wall_s`; in a run with tenants, a `tenants` object keyed
+    by tenant, and in one with experiments an `experiments` object keyed by experiment
+    (`pollux.sim.experiments.experiment_summary`), beside the policy's metrics."""
+    summary: dict[str, dict[str, object]] = {r.policy: dict(r.summary, wall_s=r.wall_s) for r in results}
+    for result in results:
+        if result.tenants:
+            summary[result.policy]["tenants"] = result.tenants
+        if result.experiments:
+            summary[result.policy]["experiments"] = result.experiments
+    return summary
 
 
 def _write_csv(path: Path, rows: list[dict[str, object]]) -> Path:

@@ -2,7 +2,8 @@
 
 The data (summary per policy, JCTs, fairness ρ as Themis and as Sia's Equation 3 measure it, the cluster over time,
 each job's GPUs and batch over time; in a run with tenants, a row per policy and tenant: received against entitled
-GPU-hours, JCT, guarantee held) is inlined as JSON and drawn by the dashboard's own charting script, so the report
+GPU-hours, JCT, guarantee held; in a run with experiments, a row per policy and experiment: average trial JCT and
+makespan) is inlined as JSON and drawn by the dashboard's own charting script, so the report
 looks like the dashboard and opens from disk without a network. The job shown first is the one whose GPUs or batch
 changed most often, summed over the policies: the job where elastic scheduling shows (any other is a click away).
 """
@@ -17,7 +18,7 @@ from typing import Any
 from pollux.dashboard.pages import report_page
 from pollux.sim.palette import policy_colors
 from pollux.sim.run import SimResult
-from pollux.sim.table import TENANT_TABLE, columns_of, in_table_order, tenant_rows
+from pollux.sim.table import EXPERIMENT_TABLE, TENANT_TABLE, columns_of, experiment_rows, in_table_order, tenant_rows
 
 REPORT_FILE = "report.html"
 
@@ -69,6 +70,14 @@ def report_data(results: Sequence[SimResult], title: str, num_gpus: int) -> dict
             "rows": [
                 {"policy": policy, "color": colors[policy], "tenant": tenant, "cells": cells}
                 for policy, tenant, cells in tenant_rows(ordered)
+            ],
+        }
+    if any(r.experiments for r in results):
+        data["experiments"] = {
+            "columns": [{"label": c.label, "meaning": c.meaning} for c in EXPERIMENT_TABLE],
+            "rows": [
+                {"policy": policy, "color": colors[policy], "experiment": experiment, "cells": cells}
+                for policy, experiment, cells in experiment_rows(ordered)
             ],
         }
     return data

@@ -22,12 +22,13 @@ from pollux.policies.placement import packed_placement
 from pollux.policies.registry import Input, PolicySettings, make_policy
 from pollux.quota import PerType, QuotaLayer
 from pollux.sim.backend import SimBackend, SimJob, SimJobSpec
+from pollux.sim.experiments import experiment_summary, job_count, jobs_of
 from pollux.sim.jobmodel import JobModel, accumulated_step_time
 from pollux.sim.metrics import JobRecord, TimelinePoint, billing_window, node_hours, summarize
 from pollux.sim.nodes import ElasticNodes, NodePoint
 from pollux.sim.tenant_metrics import TenantRound, tenant_summary
 from pollux.sim.typed import TypedJobModel
-from pollux.sim.workload import WorkloadJob
+from pollux.sim.workload import WorkloadJob, experiment_problem
 from pollux.tenants import Tenants, held_by_tenant
 
 # The artifact runs ncf at its measured batch on one GPU under elastic policies (docs/design.md, "Simulated jobs").
@@ -68,17 +69,27 @@ class SimResult:
     nodes: tuple[NodePoint, ...] = ()  # the node count after every round, when autoscaling
     tenants: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # per tenant, with a tenants file
     tenant_rounds: tuple[TenantRound, ...] = ()  # every round's quota picture, with a tenants file
+    experiments: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # per experiment row, if any
 
 
 def check_workload_fits(
     rows: Sequence[WorkloadJob], models: Collection[str], cluster: Cluster, tenants: Tenants | None = None
 ) -> None:
     """Refuse a workload the simulator cannot run: a job of an unknown application, one asking for more GPUs than
-    the cluster has of one type (a job holds GPUs of one type), or, with `tenants`, one of a tenant they do not
-    have (a job without a tenant is the default tenant's). `pollux simulate` asks before any progress bar."""
+    the cluster has of one type (a job holds GPUs of one type), an experiment without 1 <= K <= N or a trial named as
+    another job is, or, with `tenants`, one of a tenant they do not have (a job without a tenant is the default
+    tenant's). `pollux simulate` asks before any progress bar."""
     largest = max(cluster.gpus_of_type(t) for t in cluster.gpu_types)
     has = f"the cluster has {largest}" if largest == cluster.num_gpus else f"its largest GPU type has {largest}"
+    names: set[str] = set()
     for row in rows:
+        problem = experiment_problem(row.trials, row.concurrency)
+        if problem is not None:
+            raise SpecError(f"job {row.name}: field {problem[0]!r}: expected {problem[1]}")
+        for name, _ in jobs_of(row):
+            if name in names:
+                raise SpecError(f"job {name}: named twice (a trial's name is its experiment's, /trial-<i>); rename one")
+            names.add(name)
         if row.application not in models:
             raise SpecError(f"job {row.name}: unknown application {row.application!r}; known: {sorted(models)}")
         if row.num_replicas > largest:
@@ -97,7 +108,8 @@ def job_specs(
     cluster: Cluster,
     tenants: Tenants | None = None,
 ):
-    """Workload rows as the policy's jobs: adaptive ones drop the user's batch; fixed ones keep it."""
+    """Workload rows as the policy's jobs: adaptive ones drop the user's batch; fixed ones keep it. An experiment
+    row is its trials (`pollux.sim.experiments`), each with the row's request."""
     check_workload_fits(rows, models, cluster, tenants)
     specs = []
     for row in rows:
@@ -110,18 +122,20 @@ def job_specs(
             batch = None
         if not policy.elastic_gpus:
             cap = row.num_replicas
-        specs.append(
+        specs += [
             SimJobSpec(
-                row.name,
+                name,
                 row.application,
-                float(row.submit_time_s),
+                float(submit_time_s),
                 row.num_replicas,
                 batch,
                 cap,
                 batch_by_policy=policy.batch_owner == "policy" and batch is None,
                 tenant=row.tenant,
+                experiment=row.name if row.is_experiment else None,
             )
-        )
+            for name, submit_time_s in jobs_of(row)
+        ]
     return specs
 
 
@@ -229,7 +243,7 @@ def simulate(
     a progress bar then counts what `wall_s` counts) and after every round."""
     started = time.perf_counter()
     if on_round is not None:
-        on_round(0.0, 0, len(rows))
+        on_round(0.0, 0, job_count(rows))
     elastic = None
     if config.autoscale is not None:
         elastic = ElasticNodes(config.cluster, config.autoscale, config.boot_time_s)
@@ -246,7 +260,7 @@ def simulate(
     quota = QuotaLayer(config.tenants) if config.tenants is not None else None
     scheduler = Scheduler(policy, backend, config.lease, quota)
     interval_s = policy.round_s or config.interval_s  # a policy with rounds of its own (Gavel) keeps them
-    tenant_of = {row.name: row.tenant for row in rows}
+    tenant_of = {job.spec.name: job.spec.tenant for job in backend.jobs}
     timeline: list[TimelinePoint] = []
     rounds: list[TenantRound] = []
     tracks: dict[str, list[tuple[float, int, int]]] = {}
@@ -273,7 +287,8 @@ def simulate(
         _track(tracks, active, now)
         if on_round is not None:
             on_round(now, sum(job.done for job in backend.jobs), len(backend.jobs))
-    records = _records(backend, timeline, config)
+    experiments = any(row.is_experiment for row in rows)
+    records = _records(backend, timeline, config, experiments)
     summary = summarize(records, timeline, {t: config.cluster.gpus_of_type(t) for t in config.cluster.gpu_types})
     if elastic is not None:
         summary |= autoscale_summary(records, timeline, elastic)
@@ -292,6 +307,7 @@ def simulate(
         nodes,
         per_tenant,
         tuple(rounds),
+        experiment_summary(records),
     )
 
 
@@ -337,7 +353,10 @@ def _track(tracks: dict[str, list[tuple[float, int, int]]], active: Sequence[Sim
             track.append(point)
 
 
-def _records(backend: SimBackend, timeline: Sequence[TimelinePoint], config: SimConfig) -> tuple[JobRecord, ...]:
+def _records(
+    backend: SimBackend, timeline: Sequence[TimelinePoint], config: SimConfig, experiments: bool = False
+) -> tuple[JobRecord, ...]:
+    """Each job's record; in a run with experiments, each names its experiment ("" for a job of none)."""
     times = np.array([p.time_s for p in timeline])
     active = np.array([p.jobs_running + p.jobs_queued for p in timeline], dtype=np.float64)
     cluster = config.cluster
@@ -370,6 +389,7 @@ def _records(backend: SimBackend, timeline: Sequence[TimelinePoint], config: Sim
                 gpu_seconds_by_type={t: job.gpu_s_by_type.get(t, 0.0) for t in config.cluster.gpu_types},
                 tenant=spec.tenant if config.tenants is not None else None,
                 sia_fairness=expected,
+                experiment=(spec.experiment or "") if experiments else None,
             )
         )
     return tuple(records)

@@ -1,7 +1,8 @@
 """The policies' comparison table, one definition for the table `pollux simulate` prints and the one in report.html:
 its columns, what each means (printed under the table in both, so "ρ>1" or "queue h" is explained where it is
 shown), its cells, and its order, best average JCT first, which every legend of the plots and the report follows.
-In a run with tenants, a second table has one row per policy and tenant (`tenant_columns`, `tenant_rows`).
+In a run with tenants, a second table has one row per policy and tenant (`TENANT_TABLE`, `tenant_rows`); in a run with
+experiments, another one row per policy and experiment (`EXPERIMENT_TABLE`, `experiment_rows`).
 """
 
 from __future__ import annotations
@@ -115,13 +116,15 @@ def columns_of(results: Sequence[SimResult]) -> tuple[Column, ...]:
 
 
 @dataclass(frozen=True)
-class TenantColumn:
+class GroupColumn:
+    """A column of a table with a row per policy and group of its jobs (a tenant, an experiment)."""
+
     label: str
     meaning: str
     cell: Callable[[Mapping[str, float]], str]
 
 
-def _tenant_metric(key: str, format_spec: str, scale: float = 1.0) -> Callable[[Mapping[str, float]], str]:
+def _group_metric(key: str, format_spec: str, scale: float = 1.0) -> Callable[[Mapping[str, float]], str]:
     return lambda metrics: _formatted(metrics.get(key, math.nan), format_spec, scale)
 
 
@@ -131,38 +134,72 @@ def _received_share(metrics: Mapping[str, float]) -> str:
 
 
 TENANT_TABLE = (
-    TenantColumn("jobs", "the tenant's jobs", _tenant_metric("jobs", ".0f")),
-    TenantColumn("avg JCT h", "mean completion time of its jobs, hours", _tenant_metric("avg_jct_s", ".2f", HOUR_S)),
-    TenantColumn(
-        "received GPU-h", "GPU-hours its jobs held (restores included)", _tenant_metric("gpu_hours_received", ".1f")
+    GroupColumn("jobs", "the tenant's jobs", _group_metric("jobs", ".0f")),
+    GroupColumn("avg JCT h", "mean completion time of its jobs, hours", _group_metric("avg_jct_s", ".2f", HOUR_S)),
+    GroupColumn(
+        "received GPU-h", "GPU-hours its jobs held (restores included)", _group_metric("gpu_hours_received", ".1f")
     ),
-    TenantColumn(
+    GroupColumn(
         "entitled GPU-h",
         "GPU-hours it was entitled to: its guarantee where its demand reached it, plus its weighted share of what "
         "others left idle, round by round",
-        _tenant_metric("gpu_hours_entitled", ".1f"),
+        _group_metric("gpu_hours_entitled", ".1f"),
     ),
-    TenantColumn("ratio", "received ÷ entitled GPU-hours (1: it got what it was due)", _received_share),
-    TenantColumn(
+    GroupColumn("ratio", "received ÷ entitled GPU-hours (1: it got what it was due)", _received_share),
+    GroupColumn(
         "guarantee held",
         "share of the rounds, among those its demand reached its guarantee, in which it held the guarantee",
-        _tenant_metric("guarantee_held_share", ".0%"),
+        _group_metric("guarantee_held_share", ".0%"),
     ),
-    TenantColumn(
+    GroupColumn(
         "reclaim rounds",
         "the most rounds in a row its demand reached its guarantee while it held less",
-        _tenant_metric("max_rounds_to_reclaim", ".0f"),
+        _group_metric("max_rounds_to_reclaim", ".0f"),
     ),
 )
 
 
+EXPERIMENT_TABLE = (
+    GroupColumn(
+        "trials", "the experiment's trials (jobs), at most its concurrency at once", _group_metric("trials", ".0f")
+    ),
+    GroupColumn(
+        "avg trial JCT h",
+        "mean completion time of its trials, each from its own submission (when a slot freed), hours",
+        _group_metric("avg_trial_jct_s", ".2f", HOUR_S),
+    ),
+    GroupColumn(
+        "makespan h",
+        "from its first trial's submission to its last trial's finish, hours",
+        _group_metric("makespan_s", ".2f", HOUR_S),
+    ),
+    GroupColumn(
+        "GPU-h per trial", "GPU-hours a trial held (restores included)", _group_metric("gpu_hours_per_trial", ".2f")
+    ),
+    GroupColumn("restarts", "mean restarts per trial after its first start", _group_metric("avg_restarts", ".1f")),
+)
+
+
+def _group_rows(
+    results: Sequence[SimResult],
+    groups: Callable[[SimResult], Mapping[str, Mapping[str, float]]],
+    table: Sequence[GroupColumn],
+) -> list[tuple[str, str, list[str]]]:
+    return [
+        (result.policy, group, [column.cell(metrics) for column in table])
+        for result in in_table_order(results)
+        for group, metrics in groups(result).items()
+    ]
+
+
 def tenant_rows(results: Sequence[SimResult]) -> list[tuple[str, str, list[str]]]:
     """(policy, tenant, cells) per policy in the table's order, its tenants in the file's order."""
-    return [
-        (result.policy, tenant, [column.cell(metrics) for column in TENANT_TABLE])
-        for result in in_table_order(results)
-        for tenant, metrics in result.tenants.items()
-    ]
+    return _group_rows(results, lambda result: result.tenants, TENANT_TABLE)
+
+
+def experiment_rows(results: Sequence[SimResult]) -> list[tuple[str, str, list[str]]]:
+    """(policy, experiment, cells) per policy in the table's order, its experiments in the workload's order."""
+    return _group_rows(results, lambda result: result.experiments, EXPERIMENT_TABLE)
 
 
 def in_table_order(results: Sequence[SimResult]) -> list[SimResult]:

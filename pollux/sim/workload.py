@@ -6,6 +6,8 @@ time in seconds from the start of the workload: whole in the artifacts' files (S
 considered by the first round at or after its submission, and its JCT counts from the submission itself.
 `num_replicas` and `batch_size` are the user's request, kept by the baselines and ignored by Pollux. An optional
 column `tenant` names the team a job belongs to (`pollux.tenants`; without it, every job is the default tenant's).
+Optional columns `trials` and `concurrency` make a row an experiment (`pollux.sim.experiments`): N trials of its
+application, K at a time, each trial a job with the row's request; a row with both empty is one job, as before.
 Read one from a path, or by its artifact name from that artifact's data folder: the Pollux artifact's `workload-1`,
 `workloads-2.0/workload-3`, `workloads-realistic/workload-2`; the Sia artifact's `philly/workload-3` and
 `saturn/workload-7` (Helios), and its Helios workloads at an arrival rate of 10-50 jobs an hour, `rate_30/workload-4`
@@ -31,6 +33,7 @@ from pollux.tenants import DEFAULT_TENANT
 
 COLUMNS: tuple[str, ...] = ("name", "time", "application", "num_replicas", "batch_size")
 TENANT_COLUMN = "tenant"  # optional: written only where some job belongs to a tenant other than the default
+EXPERIMENT_COLUMNS: tuple[str, ...] = ("trials", "concurrency")  # optional: written only where a row is an experiment
 WORKLOADS_FOLDER = "workloads"
 DEFAULT_SET = "workloads"
 
@@ -54,6 +57,28 @@ class WorkloadJob:
     num_replicas: int
     batch_size: int
     tenant: str = DEFAULT_TENANT
+    trials: int | None = None  # an experiment: this many trials of the application (None: one job)
+    concurrency: int | None = None  # of which at most this many in the system at once
+
+    @property
+    def is_experiment(self) -> bool:
+        return self.trials is not None or self.concurrency is not None
+
+
+def experiment_problem(trials: int | None, concurrency: int | None) -> tuple[str, str] | None:
+    """What is wrong with a row's `trials` and `concurrency`, as (field, "what it accepts, got what"); None when they
+    describe an experiment (N >= 1 trials, 1 <= K <= N at a time) or a plain job (both absent)."""
+    if trials is None and concurrency is None:
+        return None
+    if trials is None:
+        return "trials", f"an integer >= 1 beside concurrency {concurrency} (or neither, for one job), got nothing"
+    if trials < 1:
+        return "trials", f"an integer >= 1, got {trials}"
+    if concurrency is None:
+        return "concurrency", f"an integer from 1 to trials ({trials}) beside it (or neither, for one job), got nothing"
+    if not 1 <= concurrency <= trials:
+        return "concurrency", f"an integer from 1 to trials ({trials}), got {concurrency}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -170,16 +195,23 @@ def read_workload(
 
 def write_workload(workload: Workload, path: str | Path) -> Path:
     """Write `workload` in the artifact's schema (readable back by `read_workload` and by the artifact's tools), with
-    the `tenant` column only where some job belongs to a tenant other than the default (else the file is as before)."""
+    the `tenant` column only where some job belongs to a tenant other than the default, and `trials,concurrency` only
+    where some row is an experiment (else the file is as before)."""
     path = Path(path).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
     tenants = any(job.tenant != DEFAULT_TENANT for job in workload.jobs)
+    experiments = any(job.is_experiment for job in workload.jobs)
+    header = (*COLUMNS, *((TENANT_COLUMN,) if tenants else ()), *(EXPERIMENT_COLUMNS if experiments else ()))
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow((*COLUMNS, TENANT_COLUMN) if tenants else COLUMNS)
+        writer.writerow(header)
         for job in workload.jobs:
-            row = (job.name, job.submit_time_s, job.application, job.num_replicas, job.batch_size)
-            writer.writerow((*row, job.tenant) if tenants else row)
+            row: tuple[object, ...] = (job.name, job.submit_time_s, job.application, job.num_replicas, job.batch_size)
+            if tenants:
+                row += (job.tenant,)
+            if experiments:
+                row += tuple("" if value is None else value for value in (job.trials, job.concurrency))
+            writer.writerow(row)
     return path
 
 
@@ -198,7 +230,8 @@ def _parse_rows(path: Path, handle: TextIO, applications: frozenset[str] | None)
         raise TraceError(
             f"{path}:1: missing column(s) {', '.join(missing)}; expected {','.join(COLUMNS)} (got {','.join(header)})"
         )
-    index = {column: header.index(column) for column in (*COLUMNS, TENANT_COLUMN) if column in header}
+    optional = (TENANT_COLUMN, *EXPERIMENT_COLUMNS)
+    index = {column: header.index(column) for column in (*COLUMNS, *optional) if column in header}
     jobs: list[WorkloadJob] = []
     first_line: dict[str, int] = {}
     while True:
@@ -252,13 +285,25 @@ def _parse_row(
     tenant = fields.get(TENANT_COLUMN, DEFAULT_TENANT)
     if not tenant:
         raise TraceError(f"{path}:{line}: field 'tenant': empty; name the job's tenant (or drop the column)")
+    submit_time_s = _seconds(path, line, fields["time"])
+    num_replicas = _integer(path, line, "num_replicas", fields["num_replicas"], minimum=1)
+    batch_size = _integer(path, line, "batch_size", fields["batch_size"], minimum=1)
+    trials, concurrency = (
+        _integer(path, line, column, fields[column], minimum=1) if fields.get(column) else None
+        for column in EXPERIMENT_COLUMNS
+    )
+    wrong = experiment_problem(trials, concurrency)
+    if wrong is not None:
+        raise TraceError(f"{path}:{line}: field {wrong[0]!r}: expected {wrong[1]}")
     return WorkloadJob(
         name=fields["name"],
-        submit_time_s=_seconds(path, line, fields["time"]),
+        submit_time_s=submit_time_s,
         application=application,
-        num_replicas=_integer(path, line, "num_replicas", fields["num_replicas"], minimum=1),
-        batch_size=_integer(path, line, "batch_size", fields["batch_size"], minimum=1),
+        num_replicas=num_replicas,
+        batch_size=batch_size,
         tenant=tenant,
+        trials=trials,
+        concurrency=concurrency,
     )
 
 

@@ -34,39 +34,44 @@
   }
   $("summary-notes").replaceChildren(...data.columns.flatMap((c) => [make("dt", c.label), make("dd", c.meaning)]));
 
-  // In a run with tenants: one row per policy and tenant (pollux.sim.table.tenant_rows), below the policies' table.
-  if (data.tenants) {
+  // In a run with tenants (experiments): one row per policy and tenant (experiment), below the policies' table
+  // (pollux.sim.table.tenant_rows, experiment_rows), the policy named on its first row only.
+  const groupTable = (block, key, id, heading) => {
     const section = make("section", undefined, "card wide");
-    section.id = "tenants";
+    section.id = id;
     const table = make("table");
     const thead = make("thead");
     const row = make("tr");
-    row.append(make("th", "policy"), make("th", "tenant"));
-    for (const column of data.tenants.columns) {
+    row.append(make("th", "policy"), make("th", key));
+    for (const column of block.columns) {
       const th = make("th", column.label, "num");
       th.title = column.meaning;
       row.appendChild(th);
     }
     thead.appendChild(row);
     const tbody = make("tbody");
-    data.tenants.rows.forEach((r, i) => {
+    block.rows.forEach((r, i) => {
       const tr = make("tr");
       const name = make("td");
-      if (i === 0 || data.tenants.rows[i - 1].policy !== r.policy) {  // the policy named once, on its first tenant
+      if (i === 0 || block.rows[i - 1].policy !== r.policy) {
         const swatch = make("span", undefined, "swatch");
         swatch.style.background = r.color;
         name.append(swatch, r.policy);
       }
-      tr.append(name, make("td", r.tenant));
+      tr.append(name, make("td", r[key]));
       for (const cell of r.cells) tr.appendChild(make("td", cell, "num"));
       tbody.appendChild(tr);
     });
     table.append(thead, tbody);
     const notes = make("dl", undefined, "notes");
-    notes.append(...data.tenants.columns.flatMap((c) => [make("dt", c.label), make("dd", c.meaning)]));
-    section.append(make("h2", "Tenants: received against entitled GPU-hours"), table, notes);
-    $("summary").closest("section").after(section);
-  }
+    notes.append(...block.columns.flatMap((c) => [make("dt", c.label), make("dd", c.meaning)]));
+    section.append(make("h2", heading), table, notes);
+    return section;
+  };
+  const groups = [];
+  if (data.tenants) groups.push(groupTable(data.tenants, "tenant", "tenants", "Tenants: received against entitled GPU-hours"));
+  if (data.experiments) groups.push(groupTable(data.experiments, "experiment", "experiments", "Experiments: trials and makespan"));
+  if (groups.length) $("summary").closest("section").after(...groups);
 
   const per = (f) => data.policies.map((p) => ({ name: p.policy, color: p.color, step: true, points: f(p) }));
   lineChart($("jct-cdf"), per((p) => cdf(p.jct_s.map(hours))),
