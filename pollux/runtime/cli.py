@@ -1,4 +1,4 @@
-"""`pollux up | submit | ls | logs | cancel | rm | down | dashboard`: run the scheduler service and talk to it.
+"""`pollux up | submit | ls | logs | cancel | rm | down | dashboard | tune`: run the scheduler service and talk to it.
 
 The service and its clients meet in a state directory (`--state-dir`, else `$POLLUX_STATE_DIR`, else
 `$XDG_STATE_HOME/pollux` = `~/.local/state/pollux`): the SQLite state, the token (0600), the endpoint, per-job logs,
@@ -597,6 +597,27 @@ def rm(
     _one_by_one(jobs, lambda name: _removed(remove(name)))
 
 
+def tune(
+    experiment: Annotated[Path, typer.Argument(help="Experiment TOML: search space, metric, trials, [job] (below).")],
+    state_dir: StateDirOption = None,
+) -> None:
+    """Run a hyper-parameter search on Ray Tune whose every trial is a job of the running service.
+
+    The experiment file names the metric the script reports (`pollux.agent.report_metric`), its mode, the number
+    of trials and how many run at once, the search (tpe or random), optional ASHA early stopping and the job, whose
+    `{NAME}` placeholders take each trial's values (pollux/runtime/experiment.py describes every field). It prints
+    each trial's start and end with the best metric so far, then a table of the trials (GPU-hours, JCT) and the
+    best configuration. Stopped or killed, the same command resumes it: finished trials are kept, running ones
+    re-attach to their jobs."""
+    from pollux.runtime.experiment import load_experiment
+
+    spec = load_experiment(experiment)  # a bad experiment is one line before anything starts
+    from pollux.runtime.tune import run_experiment
+
+    console = plain_console()
+    run_experiment(spec, state_dir_of(state_dir), console if console.is_terminal else plain_console(width=PIPE_WIDTH))
+
+
 def _removed(answer: dict[str, Any]) -> str:
     return f"removed {answer['name']} ({answer['status']})"
 
@@ -633,6 +654,7 @@ EXAMPLES: dict[Callable[..., None], str] = {
     rm: examples("pollux rm digits", "pollux rm digits cifar"),
     down: examples("pollux down"),
     dashboard: examples("pollux dashboard", "pollux dashboard --no-open"),
+    tune: examples("pollux tune experiment.toml"),
 }
 
 
