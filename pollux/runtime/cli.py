@@ -598,10 +598,12 @@ def rm(
 
 
 def tune(
-    experiment: Annotated[Path, typer.Argument(help="Experiment TOML: search space, metric, trials, [job] (below).")],
+    experiment: Annotated[Path, typer.Argument(help="Experiment TOML: search space, metric, trials, [job].")],
     state_dir: StateDirOption = None,
 ) -> None:
-    """Run a hyper-parameter search on Ray Tune whose every trial is a job of the running service.
+    """Run a hyper-parameter search of Pollux jobs.
+
+    Ray Tune searches; every trial is a job of the running service, scheduled by goodput like any other.
 
     The experiment file names the metric the script reports (`pollux.agent.report_metric`), its mode, the number
     of trials and how many run at once, the search (tpe or random), optional ASHA early stopping and the job, whose
