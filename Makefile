@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -c 'import sys; sys.exit("Pollux needs Python >= 3.11") if sys.version_info < (3, 11) else None'
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,agent,examples,bench,ray]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,agent,examples,bench,ray,tune]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -4,9 +4,11 @@
     .venv/bin/torchrun --nproc_per_node=2 examples/digits_mlp.py --checkpoint-dir /tmp/digits/ckpt \\
         --report-path /tmp/digits/report.json
 
-SGD with momentum and AdaScale: the agent measures the gradient noise scale, picks the batch size (M0 = 32, up to
-512, accumulating beyond 128 per process) and scales the learning rate to match. Stop it with SIGTERM (or Ctrl-C
-for no checkpoint) and start it again with any number of processes: it continues where it stopped.
+SGD with momentum and AdaScale: the agent measures the gradient noise scale, picks the batch size (M0 = 32, or
+--batch-size, up to 512, accumulating beyond 128 per process) and scales the learning rate (--lr at M0) to match.
+Stop it with SIGTERM (or Ctrl-C for no checkpoint) and start it again with any number of processes: it continues
+where it stopped. Each epoch it reports its test accuracy (`pa.report_metric`), which `pollux tune` optimizes:
+examples/digits_hpo.toml tunes --lr and --batch-size.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ def main() -> None:
         default="cuda" if torch.cuda.is_available() else "cpu",
         help="cuda: this process's GPU (LOCAL_RANK); the default where torch sees one",
     )
-    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--lr", type=float, default=0.05, help="learning rate at the initial batch size")
+    parser.add_argument("--batch-size", type=int, default=32, help="initial (total) batch size M0")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     torch.set_num_threads(1)
@@ -61,7 +64,7 @@ def main() -> None:
         scaling_rule=pa.AdaScale(),
         device_ids=None if device.type == "cpu" else [device.index],
     )
-    loader = pa.AdaptiveDataLoader(train, batch_size=32, shuffle=True)
+    loader = pa.AdaptiveDataLoader(train, batch_size=args.batch_size, shuffle=True)
     loader.autoscale_batch_size(max_batch_size=512, local_bsz_bounds=(8, 128), gradient_accumulation=True)
 
     for epoch in pa.remaining_epochs_until(args.epochs):
@@ -79,6 +82,7 @@ def main() -> None:
             with torch.no_grad():
                 x, y = (t.to(device) for t in test.tensors)
                 accuracy = (model(x).argmax(dim=1) == y).float().mean().item()
+            pa.report_metric(accuracy=accuracy, step=epoch)
             phi = ddp.noise_scale
             print(
                 f"epoch {epoch:3d}  loss {total / max(count, 1):.4f}  test accuracy {accuracy:.3f}  "

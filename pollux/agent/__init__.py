@@ -22,7 +22,8 @@ Schedule the LR by epoch or by `model.progress` (M0-steps), not by step count: s
 Environment: `POLLUX_CHECKPOINT_DIR` (checkpoints; SIGTERM → finish the step, save, exit 143; with several
 replicas the stop waits for their next agreement, at most `statistics_interval_steps` + 1 steps),
 `POLLUX_REPORT_PATH` (the JSON report the scheduler reads; schema in docs/agent-report-schema.md),
-`POLLUX_JOB_NAME`, `POLLUX_NUM_NODES` (override the host count).
+`POLLUX_JOB_NAME`, `POLLUX_NUM_NODES` (override the host count), `POLLUX_METRICS_PATH` (where
+`report_metric(accuracy=..., step=epoch)` appends the script's own metrics for `pollux tune`: `pollux.agent.metrics`).
 
 Names resolve lazily, so `import pollux.agent.report` (the scheduler's side) never imports torch.
 """
@@ -45,6 +46,7 @@ _EXPORTS = {
     "LinearScale": "pollux.agent.scaling",
     "NoScale": "pollux.agent.scaling",
     "SqrtScale": "pollux.agent.scaling",
+    "report_metric": "pollux.agent.metrics",
     "JobReport": "pollux.agent.report",
     "read_report": "pollux.agent.report",
     "write_report": "pollux.agent.report",

@@ -8,6 +8,7 @@ import math
 JOB_NAME = "POLLUX_JOB_NAME"
 CHECKPOINT_DIR = "POLLUX_CHECKPOINT_DIR"
 REPORT_PATH = "POLLUX_REPORT_PATH"  # the JSON report the scheduler reads (docs/agent-report-schema.md)
+METRICS_PATH = "POLLUX_METRICS_PATH"  # where `report_metric` appends the script's own metrics (`pollux.agent.metrics`)
 CHECKPOINT_INTERVAL_S = "POLLUX_CHECKPOINT_INTERVAL_S"  # seconds > 0, or "auto": the measured save cost decides
 NUM_NODES = "POLLUX_NUM_NODES"  # distinct hosts of the group: the N of the throughput model
 # What the scheduler tells a job about the GPUs it runs on (report version 2): their type, the model to start from

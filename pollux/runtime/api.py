@@ -57,7 +57,7 @@ from pollux.runtime import access, joblog, views
 from pollux.runtime.access import Action, Principal
 from pollux.runtime.client import TOKEN_FILE, Client, write_endpoint, write_token
 from pollux.runtime.service import Service
-from pollux.runtime.spec import loads_spec
+from pollux.runtime.spec import loads_spec, parse_spec
 from pollux.runtime.tokens import TenantTokens, token_digest
 from pollux.runtime.views import job_row
 
@@ -148,13 +148,13 @@ def list_jobs(request: Request) -> Response:
 
 
 async def submit_job(request: Request) -> Response:
-    """Submit a job: {"spec": TOML text, "source": file name, "base": folder, "tenant": optional, overrides the
-    spec's}; answers the new job's row (201). A tenant's token submits for its own tenant (a spec naming none gets
-    it; one naming another is refused)."""
+    """Submit a job: {"spec": TOML text, or the same fields as a JSON object, "source": file name, "base": folder,
+    "tenant": optional, overrides the spec's}; answers the new job's row (201). A tenant's token submits for its own
+    tenant (a spec naming none gets it; one naming another is refused)."""
     raw = await _body(request)
     body = json.loads(raw) if raw else None
-    if not isinstance(body, dict) or not isinstance(body.get("spec"), str):
-        raise ServiceError("body must be JSON with 'spec' (TOML text)")
+    if not isinstance(body, dict) or not isinstance(body.get("spec"), str | dict):
+        raise ServiceError("body must be JSON with 'spec' (TOML text, or a JSON object of the same fields)")
     answer = await run_in_threadpool(_submit, _api(request).service, _principal(request), body)
     return _json(answer, HTTPStatus.CREATED)
 
@@ -164,8 +164,15 @@ def _submit(service: Service, principal: Principal, body: dict[str, Any]) -> dic
     named = body.get("tenant")
     if named is not None and not isinstance(named, str):
         raise ServiceError("'tenant' must be a string: a tenant's name")
-    spec = loads_spec(body["spec"], str(body.get("source") or "<spec>"), Path(body.get("base") or Path.cwd()), named)
-    tenant = access.submitted_tenant(principal, named or tomllib.loads(body["spec"]).get("tenant"))  # read: it parsed
+    source, base = str(body.get("source") or "<spec>"), Path(body.get("base") or Path.cwd())
+    given = body["spec"]
+    if isinstance(given, str):
+        spec = loads_spec(given, source, base, named)
+        fields = tomllib.loads(given)  # read: it parsed
+    else:
+        spec = parse_spec(given if named is None else {**given, "tenant": named}, source, base)
+        fields = given
+    tenant = access.submitted_tenant(principal, named or fields.get("tenant"))
     if tenant != spec.tenant:
         spec = replace(spec, tenant=tenant)
     return job_row(service, service.submit(spec), now)
@@ -186,6 +193,16 @@ def job_logs(request: Request) -> Response:
     cursor = request.query_params.get("cursor", "")
     text, cursor = joblog.read_merged(service.config.log_dir(name), cursor, partial=partial)
     return _json({"text": text, "cursor": cursor})
+
+
+def job_metrics(request: Request) -> Response:
+    """The metrics the job's script reported (`pollux.agent.metrics`) past position `?after=N` (default: all), with
+    the job's row and the GPU-seconds it has held: what `pollux tune` polls for each trial."""
+    service = _api(request).service
+    after = request.query_params.get("after", "-1")
+    if not after.lstrip("-").isdigit():
+        raise ServiceError(f"'after' must be an integer (a metrics position), got {after!r}")
+    return _json(views.job_metrics(service, request.path_params["name"], int(after), service.clock()))
 
 
 def cancel_job(request: Request) -> Response:
@@ -306,6 +323,7 @@ ROUTE_TABLE: list[BaseRoute] = [
     GuardedRoute("/v1/jobs", submit_job, "POST", Action.SUBMIT),
     GuardedRoute("/v1/jobs/{name}", show_job, "GET", Action.READ_JOB),
     GuardedRoute("/v1/jobs/{name}/logs", job_logs, "GET", Action.READ_JOB),
+    GuardedRoute("/v1/jobs/{name}/metrics", job_metrics, "GET", Action.READ_JOB),
     GuardedRoute("/v1/jobs/{name}/cancel", cancel_job, "POST", Action.CHANGE_JOB),
     GuardedRoute("/v1/jobs/{name}/remove", remove_job, "POST", Action.CHANGE_JOB),
     GuardedRoute("/v1/shutdown", shutdown, "POST", Action.SHUTDOWN),

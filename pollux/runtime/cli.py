@@ -1,4 +1,4 @@
-"""`pollux up | submit | ls | logs | cancel | rm | down | dashboard`: run the scheduler service and talk to it.
+"""`pollux up | submit | ls | logs | cancel | rm | down | dashboard | tune`: run the scheduler service and talk to it.
 
 The service and its clients meet in a state directory (`--state-dir`, else `$POLLUX_STATE_DIR`, else
 `$XDG_STATE_HOME/pollux` = `~/.local/state/pollux`): the SQLite state, the token (0600), the endpoint, per-job logs,
@@ -465,7 +465,7 @@ def ls(
     Each line: status, GPUs and placement, batch size, epoch, goodput, restarts, age and a note cut to the line (one
     job's whole note and history with its name). Works while the scheduler is down too: the jobs are then read from
     its database."""
-    from pollux.runtime.listing import history_table, job_table, tenant_lines
+    from pollux.runtime.listing import experiment_lines, grouped, history_table, job_table, tenant_lines
 
     if status is not None and job is not None:
         raise PolluxError("--status filters the list of jobs; drop it to show one job by name")
@@ -487,9 +487,9 @@ def ls(
             console.print(f"last error:\n{answer['last_error']}", soft_wrap=True)
         return
     tenants = {row.get("tenant", "default") for row in answer} | {t["name"] for t in (usage or {}).get("tenants", [])}
-    table, width = job_table(answer, console.width, tenant_column=len(tenants) > 1)
+    table, width = job_table(grouped(answer), console.width, tenant_column=len(tenants) > 1)
     (console if width <= console.width else plain_console(width=width)).print(table)
-    for line in tenant_lines(usage or {}):
+    for line in [*experiment_lines(answer), *tenant_lines(usage or {})]:
         console.print(line, soft_wrap=True)
 
 
@@ -597,6 +597,36 @@ def rm(
     _one_by_one(jobs, lambda name: _removed(remove(name)))
 
 
+def tune(
+    experiment: Annotated[Path, typer.Argument(help="Experiment TOML: search space, metric, trials, [job].")],
+    state_dir: StateDirOption = None,
+) -> None:
+    """Run a hyper-parameter search of Pollux jobs.
+
+    Ray Tune searches; every trial is a job of the running service, scheduled by goodput like any other.
+
+    The experiment file names the metric the script reports (`pollux.agent.report_metric`), its mode, the number
+    of trials and how many run at once, the search (tpe or random), optional ASHA early stopping and the job, whose
+    `{NAME}` placeholders take each trial's values (pollux/runtime/experiment.py describes every field). It prints
+    each trial's start and end with the best metric so far, then a table of the trials (GPU-hours, JCT) and the
+    best configuration. Stopped or killed, the same command resumes it: finished trials are kept, running ones
+    re-attach to their jobs."""
+    from pollux.runtime.experiment import load_experiment
+
+    spec = load_experiment(experiment)  # a bad experiment is one line before anything starts
+    directory = state_dir_of(state_dir)
+    from pollux.runtime.tune_guard import DRIVER_ENV, guarded
+
+    if DRIVER_ENV not in os.environ and sys.platform == "linux":  # Ray below a guard that outlives a kill -9 of this
+        _client(directory)  # the service must be up: said here, in one line, before a guard or Ray starts
+        command = [sys.executable, "-m", "pollux", "tune", str(experiment.resolve()), "--state-dir", str(directory)]
+        raise typer.Exit(guarded(command))
+    from pollux.runtime.tune import run_experiment
+
+    console = plain_console()
+    run_experiment(spec, directory, console if console.is_terminal else plain_console(width=PIPE_WIDTH))
+
+
 def _removed(answer: dict[str, Any]) -> str:
     return f"removed {answer['name']} ({answer['status']})"
 
@@ -633,6 +663,7 @@ EXAMPLES: dict[Callable[..., None], str] = {
     rm: examples("pollux rm digits", "pollux rm digits cifar"),
     down: examples("pollux down"),
     dashboard: examples("pollux dashboard", "pollux dashboard --no-open"),
+    tune: examples("pollux tune experiment.toml"),
 }
 
 

@@ -168,6 +168,10 @@ class Client:
         body = {"spec": text, "source": str(spec_path), "base": str(spec_path.resolve().parent)}
         return self.request("POST", "/v1/jobs", body if tenant is None else {**body, "tenant": tenant})
 
+    def submit_spec(self, spec: dict[str, Any], source: str, base: Path) -> dict[str, Any]:
+        """Submit a spec given as its fields (what a TOML spec reads into); paths in it are relative to `base`."""
+        return self.request("POST", "/v1/jobs", {"spec": spec, "source": source, "base": str(base)})
+
     def jobs(self) -> list[dict[str, Any]]:
         return self.request("GET", "/v1/jobs")["jobs"]
 
@@ -180,6 +184,11 @@ class Client:
         query = urlencode({"cursor": cursor, "partial": int(partial)})
         reply = self.request("GET", f"/v1/jobs/{name}/logs?{query}")
         return reply["text"], reply["cursor"]
+
+    def metrics(self, name: str, after: int = -1) -> dict[str, Any]:
+        """The job's row, GPU-seconds held, and its script's metrics past position `after`
+        (`pollux.runtime.views.job_metrics`)."""
+        return self.request("GET", f"/v1/jobs/{name}/metrics?{urlencode({'after': after})}")
 
     def tenants(self) -> dict[str, Any]:
         """Every tenant's GPUs per type (`pollux.runtime.views.tenant_usage`); no tenants without a tenants file."""

@@ -62,6 +62,10 @@ class ServiceConfig:
     def report_path(self, name: str) -> Path:
         return self.job_dir(name) / "report.json"
 
+    def metrics_path(self, name: str) -> Path:
+        """Where the job's script appends its own metrics (`pollux.agent.metrics`)."""
+        return self.job_dir(name) / "metrics.jsonl"
+
     def checkpoint_dir(self, spec: JobSpec) -> Path:
         """Where the job's agent saves: its spec's folder, else one in the job's state folder."""
         return spec.checkpoint_dir or self.job_dir(spec.name) / "checkpoints"

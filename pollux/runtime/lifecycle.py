@@ -252,6 +252,7 @@ class JobLifecycle:
                 environment.JOB_NAME: name,
                 environment.CHECKPOINT_DIR: str(self.config.checkpoint_dir(spec)),
                 environment.REPORT_PATH: str(self.config.report_path(name)),
+                environment.METRICS_PATH: str(self.config.metrics_path(name)),
                 environment.CHECKPOINT_INTERVAL_S: environment.format_interval(interval),
                 **launch_env(view, gpu_type),
             },

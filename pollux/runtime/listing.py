@@ -78,12 +78,23 @@ _COLUMNS = (
 )
 _DROPPED_FIRST = ("placement", "type", "epoch", "batch", "age")
 _TENANT = _Column("tenant", lambda row: str(row.get("tenant") or "-"), right=False)  # where there are several
+_EXPERIMENT = _Column("experiment", lambda row: str(row.get("experiment") or "-"), right=False)  # where there is one
+
+
+def grouped(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with each experiment's trial jobs together, where its first job is; other jobs stay in place."""
+    first: dict[str, int] = {}
+    place = [first.setdefault(row["experiment"], i) if row.get("experiment") else i for i, row in enumerate(rows)]
+    return [rows[i] for i in sorted(range(len(rows)), key=lambda i: (place[i], i))]
 
 
 def job_table(rows: list[dict[str, Any]], width: int, tenant_column: bool = False) -> tuple[Table, int]:
     """The jobs' table and the width it takes: `width`, unless the columns that are never cut need more. With
-    `tenant_column` (a cluster of several tenants), each job's tenant after its name."""
+    `tenant_column` (a cluster of several tenants), each job's tenant after its name; where a job is a trial of an
+    experiment (`pollux tune`), each job's experiment after that."""
     columns = [_COLUMNS[0], _TENANT, *_COLUMNS[1:]] if tenant_column else list(_COLUMNS)
+    if any(row.get("experiment") for row in rows):
+        columns.insert(2 if tenant_column else 1, _EXPERIMENT)
     cells = {c.header: [c.cell(row) for row in rows] for c in columns}
     notes = [" ".join(note(row).split()) for row in rows]  # one line, whatever the error's layout
     widths = {h: max([cell_len(h), *map(cell_len, column)]) for h, column in cells.items()}
@@ -127,6 +138,21 @@ def tenant_lines(usage: dict[str, Any]) -> list[str]:
         name = tenant["name"] + ":" + " " * (width - cell_len(tenant["name"]))
         lines.append(f"tenant {name} {'; '.join(quotas) or 'no GPUs'}; {jobs}")
     return lines
+
+
+def experiment_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per experiment among the rows: its trial jobs by status, e.g. `experiment hpo: 6 trial job(s):
+    2 running, 3 completed, 1 cancelled`."""
+    statuses: dict[str, dict[str, int]] = {}
+    for row in rows:
+        if row.get("experiment"):
+            counts = statuses.setdefault(str(row["experiment"]), {})
+            counts[str(row["status"])] = counts.get(str(row["status"]), 0) + 1
+    return [
+        f"experiment {name}: {sum(counts.values())} trial job(s): "
+        + ", ".join(f"{n} {status}" for status, n in counts.items())
+        for name, counts in statuses.items()
+    ]
 
 
 def history_table(detail: dict[str, Any]) -> Table:

@@ -125,7 +125,16 @@ def add_tenant_tokens(db: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS: tuple[Migration, ...] = (adopt_unversioned, index_job_lookups, add_tenant_tokens)
+def add_metrics(db: sqlite3.Connection) -> None:
+    """Version 4: the training scripts' own metrics (`pollux.agent.metrics`), one row per line of a job's metrics
+    file, numbered by its position there (`seq`): read again after a restart, a line is not stored twice."""
+    db.execute(
+        "CREATE TABLE metrics (job TEXT NOT NULL REFERENCES jobs(name), seq INTEGER NOT NULL, at REAL NOT NULL, "
+        "step INTEGER, metrics TEXT NOT NULL, PRIMARY KEY (job, seq))"
+    )
+
+
+MIGRATIONS: tuple[Migration, ...] = (adopt_unversioned, index_job_lookups, add_tenant_tokens, add_metrics)
 LATEST = len(MIGRATIONS)
 
 

@@ -1,11 +1,13 @@
 """The jobs' agent reports as the service knows them: read from each running job's report file when it changes,
-kept in memory and in the store (for `pollux ls` and a restarted service), and what they say of goodput."""
+kept in memory and in the store (for `pollux ls` and a restarted service), and what they say of goodput; and the
+scripts' own metrics (`pollux.agent.metrics`), read from each job's metrics file as it grows into the store."""
 
 from __future__ import annotations
 
 import functools
 import logging
 
+from pollux.agent.metrics import MetricRecord, parse_metric_line
 from pollux.agent.report import BatchInUse, JobReport, read_report
 from pollux.errors import ReportError
 from pollux.goodput import GoodputFunction, GradientStats, ThroughputParams
@@ -59,10 +61,12 @@ class ReportCache:
         self._mtimes: dict[str, float] = {}
         self._read: dict[str, JobReport] = {}  # read from its file by this process
         self._stored: dict[str, JobReport | None] = {}  # read from the store (written by an earlier process)
+        self._metrics_read: dict[str, tuple[int, int]] = {}  # job -> (bytes of its metrics file read, lines in them)
 
     def refresh(self, name: str, now: float) -> None:
         """Take the job's report file into memory and the store when it changed since the last look, with one
-        sample of its batch, goodput and efficiency for the dashboard's charts."""
+        sample of its batch, goodput and efficiency for the dashboard's charts; and its new metrics lines."""
+        self._refresh_metrics(name)
         path = self.config.report_path(name)
         try:
             mtime = path.stat().st_mtime
@@ -85,8 +89,34 @@ class ReportCache:
         )
         self.store.record_sample(name, sample)
 
+    def _refresh_metrics(self, name: str) -> None:
+        """Store the whole lines appended to the job's metrics file since the last look (the first look of this
+        process reads it from the start: the store keeps a line it has already). A line that is not a metric
+        record is logged and skipped, but keeps its position."""
+        path = self.config.metrics_path(name)
+        offset, seq = self._metrics_read.get(name, (0, 0))
+        try:
+            with path.open("rb") as handle:
+                handle.seek(offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return
+        complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits for the next look
+        if not complete:
+            return
+        records: list[tuple[int, MetricRecord]] = []
+        for line in complete.decode(errors="replace").splitlines():
+            try:
+                records.append((seq, parse_metric_line(line, f"{path}, line {seq + 1}")))
+            except ReportError as error:
+                LOG.warning("job %s: ignoring a metrics line: %s", name, error)
+            seq += 1
+        self.store.record_metrics(name, records)
+        self._metrics_read[name] = (offset + len(complete), seq)
+
     def forget(self, name: str) -> None:
         """Drop a removed job's report: a new job may take its name."""
+        self._metrics_read.pop(name, None)
         self._mtimes.pop(name, None)
         self._read.pop(name, None)
         self._stored.pop(name, None)

@@ -17,6 +17,8 @@ A spec is a TOML file (stdlib `tomllib`), read into the pydantic model `JobSpec`
     single_gpu_throughput = {a100 = 900.0, rtx = 300.0}   # optional: examples/s on one GPU of each type (profile)
     local_bsz_bounds_by_type = {rtx = [32, 128]}           # optional: per-GPU batch bounds where memory differs
     tenant = "vision"                         # optional: the team it belongs to (`pollux up --tenants`); "default"
+    experiment = "digits-hpo"                 # optional: the experiment it is a trial of (`pollux tune` sets it)
+    trial = "3f2a9c01"                        # optional: its trial in that experiment (`pollux tune` sets it)
 
 `pollux spec schema` prints the JSON Schema of this form (`json_schema()`), for editors to complete and check a spec.
 The GPU types are checked against the cluster's when the service accepts the job (`check_gpu_types`): an unknown
@@ -174,6 +176,10 @@ class JobSpec:
     """[min, max] per-GPU batch on the types whose memory differs from local_bsz_bounds."""
     tenant: Name = DEFAULT_TENANT
     """The team it belongs to, one the service's tenants file names (`pollux up --tenants`); default: "default"."""
+    experiment: Name | None = None
+    """The experiment it is a trial of (`pollux tune` sets it): `pollux ls` and the dashboard group its jobs."""
+    trial: Name | None = None
+    """Its trial in that experiment (the Ray Tune trial id; `pollux tune` sets it)."""
 
     @model_validator(mode="after")
     def _types_it_may_run_on(self, info: ValidationInfo) -> JobSpec:

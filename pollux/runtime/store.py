@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from pollux.agent.metrics import MetricRecord
 from pollux.agent.report import JobReport
 from pollux.errors import ReportError, SpecError, UnknownJobError
 from pollux.runtime.launcher import WorkerInfo
@@ -155,7 +156,7 @@ class StateStore:
                 raise UnknownJobError(f"no job named {name!r}; `pollux ls` lists the jobs")
             state = self._state(row)
             check_removable(name, state.status)
-            for table in ("status_history", "reports", "samples", "workers"):
+            for table in ("status_history", "reports", "samples", "workers", "metrics"):
                 db.execute(f"DELETE FROM {table} WHERE job = ?", (name,))
             db.execute("DELETE FROM jobs WHERE name = ?", (name,))
             final = {
@@ -295,6 +296,24 @@ class StateStore:
             )
             for r in rows
         ]
+
+    def record_metrics(self, name: str, records: list[tuple[int, MetricRecord]]) -> None:
+        """Lines of the job's metrics file as (position in the file, record); a position stored already is kept as
+        it was (a restarted service reads the file from its start again)."""
+        with self.transaction() as db:
+            self._status(db, name)
+            db.executemany(
+                "INSERT OR IGNORE INTO metrics VALUES (?, ?, ?, ?, ?)",
+                [(name, seq, r.at, r.step, json.dumps(r.metrics, sort_keys=True)) for seq, r in records],
+            )
+
+    def metrics(self, name: str, after: int = -1) -> list[tuple[int, MetricRecord]]:
+        """The job's metrics past position `after`, in the order written."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT * FROM metrics WHERE job = ? AND seq > ? ORDER BY seq", (name, after)
+            ).fetchall()
+        return [(r["seq"], MetricRecord(r["at"], r["step"], json.loads(r["metrics"]))) for r in rows]
 
     def record_round(self, record: RoundRecord) -> None:
         with self.transaction() as db:

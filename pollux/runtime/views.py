@@ -33,6 +33,8 @@ def job_row(service: Service, state: JobState, now: float) -> dict[str, Any]:
         "name": state.name,
         "status": state.status,
         "tenant": state.spec.get("tenant", DEFAULT_TENANT),
+        "experiment": state.spec.get("experiment"),  # the `pollux tune` experiment it is a trial of, if any
+        "trial": state.spec.get("trial"),
         "gpus": sum(state.allocation),
         "gpu_type": state.gpu_type if sum(state.allocation) else None,
         "placement": list(placement(tuple(state.allocation))),
@@ -65,6 +67,19 @@ def job_status(service: Service, name: str, now: float) -> dict[str, Any]:
         **job_row(service, state, now),
         "history": _history(service, name),
         "report": service.store.report(name),
+    }
+
+
+def job_metrics(service: Service, name: str, after: int, now: float) -> dict[str, Any]:
+    """A job's row, the GPU-seconds it has held by `now`, and its script's metrics past position `after`."""
+    state = service.store.job(name)
+    return {
+        "job": job_row(service, state, now),
+        "gpu_seconds": service.store.attained_service(name, now),
+        "metrics": [
+            {"seq": seq, "at": r.at, "step": r.step, "metrics": r.metrics}
+            for seq, r in service.store.metrics(name, after)
+        ],
     }
 
 

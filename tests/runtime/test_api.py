@@ -124,6 +124,7 @@ API_ROUTES = {
     ("POST", "/v1/jobs"),
     ("GET", "/v1/jobs/{name}"),
     ("GET", "/v1/jobs/{name}/logs"),
+    ("GET", "/v1/jobs/{name}/metrics"),
     ("POST", "/v1/jobs/{name}/cancel"),
     ("POST", "/v1/jobs/{name}/remove"),
     ("POST", "/v1/shutdown"),
@@ -191,3 +192,31 @@ def test_a_finished_job_is_removed_with_its_folder_and_its_name_starts_a_new_job
     assert [entry["status"] for entry in api.job("again")["history"]] == ["pending", "running", "completed"]
     starts = [line for line in api.logs("again", partial=True)[0].splitlines() if "start world" in line]
     assert starts == ["[rank 0] start world=1 step=0"]  # neither the old job's checkpoint nor its log
+
+
+def test_a_spec_sent_as_fields_runs_and_its_scripts_metrics_come_back_in_order(api, tmp_path):
+    """What `pollux tune` does for each trial: submit the fields of a spec, then poll what the script reported."""
+    script = "import pollux.agent as pa\nfor s in range(3):\n    pa.report_metric(accuracy=s / 4, step=s)\n"
+    (tmp_path / "report.py").write_text(script)
+    fields = {
+        "name": "exp-t1",
+        "command": ["python", "report.py"],
+        "init_batch_size": 8,
+        "experiment": "exp",
+        "trial": "t1",
+    }
+    row = api.submit_spec(fields, "exp.toml", tmp_path)
+    assert (row["experiment"], row["trial"]) == ("exp", "t1")
+    wait_for(lambda: api.job("exp-t1")["status"] == "completed", 60, "the job to complete")
+    answer = api.metrics("exp-t1")
+    assert [(m["seq"], m["step"], m["metrics"]) for m in answer["metrics"]] == [
+        (0, 0, {"accuracy": 0.0}),
+        (1, 1, {"accuracy": 0.25}),
+        (2, 2, {"accuracy": 0.5}),
+    ]
+    assert answer["job"]["status"] == "completed" and answer["gpu_seconds"] > 0
+    assert [m["seq"] for m in api.metrics("exp-t1", after=1)["metrics"]] == [2]
+    with pytest.raises(ServiceError, match="'after' must be an integer"):
+        api.request("GET", "/v1/jobs/exp-t1/metrics?after=x")
+    with pytest.raises(ServiceError, match=r"exp\.toml: field 'init_batch_size'"):
+        api.submit_spec({**fields, "name": "exp-t2", "init_batch_size": 0}, "exp.toml", tmp_path)

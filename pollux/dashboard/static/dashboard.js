@@ -159,6 +159,7 @@
       }
       case "status": { const td = make("td"); td.appendChild(make("span", job.status, `status ${job.status}`)); return td; }
       case "placement": return make("td", job.placement.join("x") || "–");
+      case "experiment": return make("td", job.experiment || "–");
       case "goodput": return make("td", fixed(job.goodput, 1), "num");
       case "efficiency": return make("td", fixed(job.efficiency, 2), "num");
       case "age_s": return make("td", age(job.age_s), "num");
@@ -204,13 +205,19 @@
     $("jobs-filter").replaceChildren(...buttons);
   }
 
+  // Where a job is a trial of an experiment (`pollux tune`), an experiment column: sorting by it groups the trials.
+  function columnsOf(data) {
+    return data.jobs.some((job) => job.experiment) ? [COLUMNS[0], ["experiment", "experiment"], ...COLUMNS.slice(1)] : COLUMNS;
+  }
+
   function drawJobs(data) {
     const { key, dir } = state.sort;
+    const columns = columnsOf(data);
     const compare = key === "status" ? byStatus : byColumn(key);
     const jobs = data.jobs.filter((job) => state.filter === "all" || job.status === state.filter)
       .sort((a, b) => compare(a, b) * dir);
     const head = make("tr");
-    for (const [k, label, numeric] of COLUMNS) {
+    for (const [k, label, numeric] of columns) {
       const th = make("th", label, `sortable${numeric ? " num" : ""}${k === key ? " sorted" + (dir > 0 ? " up" : "") : ""}`);
       th.dataset.key = k;
       th.onclick = () => { state.sort = { key: k, dir: k === key ? -dir : 1 }; drawJobs(state.data); };
@@ -220,14 +227,14 @@
       const tr = make("tr", null, "link");
       tr.dataset.job = job.name;
       tr.dataset.status = job.status;
-      for (const [k] of COLUMNS) tr.appendChild(cell(job, k));
+      for (const [k] of columns) tr.appendChild(cell(job, k));
       tr.onclick = () => openJob(job.name);
       return tr;
     });
     if (!rows.length) {
       const tr = make("tr");
       const td = make("td", data.jobs.length ? `no ${state.filter} jobs` : "no jobs yet", "muted");
-      td.colSpan = COLUMNS.length;
+      td.colSpan = columns.length;
       tr.appendChild(td);
       rows.push(tr);
     }
