@@ -13,8 +13,16 @@ With `--by-application`, a second table per trace says where each policy's JCT g
 the summed JCT, mean JCT against the job alone on its share of the cluster (`isolated`), restarts, queueing and
 GPU-hours per job (the numbers that say why a policy sits where it does against the published row).
 
+With `--rates`, the Sia paper's Figure 7 instead: average JCT as the arrival rate grows, on the artifact's
+Helios-sampled `rate_{10..50}` workloads (10 per rate) on the same cluster; every policy but the tenants' one by
+default; the mean of per-workload average JCTs per policy and rate as a table and a plot (`--plot`), and beside the
+paper's claim (Sia 50-65% below Pollux at every rate) our `pollux` against `pollux-unaware` rate by rate. Sia's
+own code was not rerun on these workloads.
+
 Run: .venv/bin/python -m benchmarks.hetero [--trace philly|saturn ...] [--policy NAME ...] [--workloads 8]
      [--processes 2] [--setting p=-0.5 ...] [--by-application]
+     .venv/bin/python -m benchmarks.hetero --rates [--rate 10 ...] [--workloads 10] [--policy NAME ...]
+     [--plot results/figure7-rates.png]
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import argparse
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import astuple, dataclass
+from pathlib import Path
 
 import numpy as np
 from rich.console import Console
@@ -34,6 +43,9 @@ from pollux.sim.typed import load_typed_models
 from pollux.sim.workload import read_workload
 
 TRACES = {"philly": 8, "saturn": 10}
+RATES = (10, 20, 30, 40, 50)  # jobs per hour: the folders `rate_R` of the Sia artifact's scale workloads
+RATE_WORKLOADS = 10
+SIA_BELOW_POLLUX = (0.50, 0.65)  # Figure 7: Sia's avg JCT is this much below Pollux's at every rate
 POLICIES = ("pollux", "pollux-unaware", "gavel")
 HOUR = 3600.0
 
@@ -187,6 +199,65 @@ def parse_setting(text: str) -> tuple[str, float | bool]:
     return key, float(value)
 
 
+def rate_policies() -> list[str]:
+    """Every registered policy but the tenants' scheduler, which needs tenants."""
+    from pollux.policies.registry import POLICIES as REGISTERED
+    from pollux.sim.cli import TENANT_PEERS
+
+    return [name for name in REGISTERED if name not in TENANT_PEERS]
+
+
+def rates_figure(
+    rates: list[int], policies: list[str], mean_h: dict[tuple[str, int], float], plot: Path, console: Console
+) -> None:
+    """Figure 7: the table of avg JCT per policy and rate, pollux against pollux-unaware, and the plot."""
+    table = Table(title="Figure 7: avg JCT (h) vs arrival rate, sia-heterogeneous (mean of per-workload averages)")
+    table.add_column("policy")
+    for rate in rates:
+        table.add_column(f"{rate} jobs/h", justify="right")
+    for policy in policies:
+        table.add_row(policy, *(f"{mean_h[policy, rate]:.2f}" for rate in rates))
+    console.print(table)
+    if "pollux" in policies and "pollux-unaware" in policies:
+        cuts = ", ".join(
+            f"{rate}: {mean_h['pollux', rate] / mean_h['pollux-unaware', rate] - 1:+.0%}" for rate in rates
+        )
+        low, high = SIA_BELOW_POLLUX
+        console.print(f"pollux vs pollux-unaware per rate: {cuts} (the paper: Sia {low:.0%}-{high:.0%} below Pollux)")
+    from pollux.sim.palette import policy_colors
+    from pollux.sim.report import _pyplot
+
+    plt = _pyplot()
+    colors = policy_colors(policies)
+    figure, axes = plt.subplots(figsize=(6.4, 4.0))
+    for policy in policies:
+        axes.plot(rates, [mean_h[policy, r] for r in rates], marker="o", label=policy, color=colors[policy])
+    axes.set_xlabel("arrival rate (jobs/h)")
+    axes.set_ylabel("avg JCT (h)")
+    axes.set_title("sia-heterogeneous, Helios-sampled rate workloads")
+    axes.legend(fontsize=8)
+    plot.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(plot, dpi=120, bbox_inches="tight")
+    plt.close(figure)
+    console.print(f"plot: {plot}")
+
+
+def main_rates(args: argparse.Namespace, settings: tuple[tuple[str, float | bool], ...], console: Console) -> None:
+    rates = args.rate or list(RATES)
+    count = min(args.workloads or RATE_WORKLOADS, RATE_WORKLOADS)
+    policies = args.policy or rate_policies()
+    tasks = [(p, f"rate_{r}/workload-{i}") for p in policies for r in rates for i in range(1, count + 1)]
+    with ProcessPoolExecutor(max_workers=args.processes) as pool:
+        outcomes = pool.map(run_one, *zip(*tasks, strict=True), [settings] * len(tasks))
+        runs = dict(zip(tasks, outcomes, strict=True))
+    mean_h = {
+        (p, r): float(np.mean([np.mean(runs[p, f"rate_{r}/workload-{i}"].jcts_s) for i in range(1, count + 1)])) / HOUR
+        for p in policies
+        for r in rates
+    }
+    rates_figure(rates, policies, mean_h, Path(args.plot), console)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", action="append", default=None, choices=sorted(TRACES))
@@ -197,8 +268,17 @@ def main() -> None:
         "--setting", action="append", default=[], help="a PolicySettings field for the policies that have it: KEY=VALUE"
     )
     parser.add_argument("--by-application", action="store_true", help="also where each policy's JCT goes, per model")
+    parser.add_argument("--rates", action="store_true", help="Figure 7: avg JCT vs arrival rate instead of Table 3")
+    parser.add_argument("--rate", action="append", type=int, choices=RATES, help="with --rates: these rates only")
+    parser.add_argument("--plot", default="results/figure7-rates.png", help="with --rates: where the plot goes")
     args = parser.parse_args()
     settings = tuple(parse_setting(text) for text in args.setting)
+    if args.rates:
+        console = Console(width=170)
+        started = time.perf_counter()
+        main_rates(args, settings, console)
+        console.print(f"total wall time {time.perf_counter() - started:.1f} s (this machine)")
+        return
     traces = args.trace or list(TRACES)
     policies = args.policy or list(POLICIES)
     console = Console(width=170)
