@@ -17,7 +17,8 @@ With `--rates`, the Sia paper's Figure 7 instead: average JCT as the arrival rat
 Helios-sampled `rate_{10..50}` workloads (10 per rate) on the same cluster; every policy but the tenants' one by
 default; the mean of per-workload average JCTs per policy and rate as a table and a plot (`--plot`), and beside the
 paper's claim (Sia 50-65% below Pollux at every rate) our `pollux` against `pollux-unaware` rate by rate. Sia's
-own code was not rerun on these workloads.
+own code was not rerun on these workloads. The whole figure is 50 workloads per policy (a 50 jobs/h one holds 400
+jobs): hours on a 2-core machine; `--workloads 1` and three policies give its shape.
 
 Run: .venv/bin/python -m benchmarks.hetero [--trace philly|saturn ...] [--policy NAME ...] [--workloads 8]
      [--processes 2] [--setting p=-0.5 ...] [--by-application]
@@ -232,6 +233,7 @@ def rates_figure(
     figure, axes = plt.subplots(figsize=(6.4, 4.0))
     for policy in policies:
         axes.plot(rates, [mean_h[policy, r] for r in rates], marker="o", label=policy, color=colors[policy])
+    axes.set_xticks(rates)
     axes.set_xlabel("arrival rate (jobs/h)")
     axes.set_ylabel("avg JCT (h)")
     axes.set_title("sia-heterogeneous, Helios-sampled rate workloads")
