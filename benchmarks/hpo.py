@@ -10,9 +10,10 @@ arrives when one of the experiment's running trials finishes: `pollux.sim.experi
   `pollux simulate --cluster FILE` runs it on a cluster of A100s;
 - **16 × 4 T4**: the Pollux artifact's own cifar10 profile (measured on T4), the simulator's default cluster.
 
-`pollux` gets the trials as elastic jobs; the static baseline is `fifo` on the row's own request, 4 GPUs and a total
-batch of 4 × 128 per GPU, which it keeps from start to finish (no sharing, no resizing: every trial fits at once, as
-K × 4 <= the cluster's GPUs). 128 per GPU: the batch the ResNet18 CIFAR-10 script trains with on one GPU
+`pollux` gets the trials as elastic jobs, each after the first K starting from the throughput model its experiment's
+trials measured (docs/design.md, "Experiments"); the static baseline is `fifo` on the row's own request, 4 GPUs and
+a total batch of 4 × 128 per GPU, which it keeps from start to finish (no sharing, no resizing: every trial fits at
+once, as K × 4 <= the cluster's GPUs). 128 per GPU: the batch the ResNet18 CIFAR-10 script trains with on one GPU
 (kuangliu/pytorch-cifar's `batch_size=128`, AdaptDL's `examples/pytorch-cifar --bs 128`), per GPU as a DDP script's
 loader keeps it, and the profile's M0 (its smallest validation batch); the paper does not give its baseline's.
 Trials are identical (docs/design.md, "Experiments"), so they run in waves of K.

@@ -2,7 +2,8 @@
 
 Each `SimJob` follows the artifact's job model (docs/design.md, "Simulated jobs"): progress in M0-steps, `gain` per
 step from the true gradient statistics, epochs by progress, a restart delay after every allocation change, and an
-agent that learns its throughput model only from the placements it has itself run.
+agent that learns its throughput model only from the placements it has itself run (a trial of an experiment: and from
+those its experiment's trials ran before it arrived).
 """
 
 from __future__ import annotations
@@ -180,12 +181,41 @@ class SimJob:
         if key in log or not self.fit_throughput_model:
             return
         log.record(*key, compute_s=max(step_s - sync_s, 1e-6 * step_s), step_s=step_s)
-        samples = log.samples()
+        self._refit(self._samples_key)
+
+    def start_from(self, trials: Sequence[SimJob]) -> None:
+        """Take what the other trials of its experiment measured of their throughput as its own, before its first
+        step (docs/design.md, "Experiments"): they train the same model on the same GPUs, so the configurations they
+        logged are this trial's too, with the throughput model fitted to them, and the exploration bound grows from
+        the most GPUs any of them ran on. Not their gradient statistics: those depend on a trial's hyper-parameters
+        (its batch size, its learning rate), which differ from trial to trial."""
+        if not self.fit_throughput_model:
+            return
+        learned = set()
+        for trial in (trial for trial in trials if trial is not self):
+            for key, theirs in trial.samples.items():
+                samples = theirs.samples()
+                if samples is None:
+                    continue
+                log = self.samples.setdefault(key, ThroughputLog())
+                columns = (samples.num_nodes, samples.num_replicas, samples.local_bsz, samples.accum_steps)
+                times = (samples.compute_time, samples.step_time)
+                rows = zip(*(column.tolist() for column in columns + times), strict=True)
+                for nodes, gpus, local_bsz, accum_steps, compute_s, step_s in rows:
+                    if (nodes, gpus, local_bsz, accum_steps) not in log:
+                        log.record(nodes, gpus, local_bsz, accum_steps, compute_s=compute_s, step_s=step_s)
+                        learned.add(key)
+        for key in sorted(learned):
+            self._refit(key)
+
+    def _refit(self, key: str) -> None:
+        """Fit its throughput model of samples key `key` (a GPU type, or POOLED) to what it logged there afresh."""
+        samples = self.samples[key].samples()
         assert samples is not None
         content = b"".join(getattr(samples, column.name).tobytes() for column in fields(samples))
         if content not in self.fits:
             self.fits[content] = fit_throughput(samples)
-        self.params_by_type[self._samples_key] = self.fits[content]
+        self.params_by_type[key] = self.fits[content]
 
     # -- progress ------------------------------------------------------------------------------------------
     def advance(self, now: float, seconds: float, slowdown: float = 0.0) -> None:

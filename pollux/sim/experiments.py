@@ -57,8 +57,9 @@ class TrialArrivals:
     """Submits an experiment's waiting trials as its trials finish: the backend calls it after every advance.
 
     Each finish of a trial frees its slot at its completion second, and the experiment's next waiting trial is
-    submitted then. Finishes are taken in time order, and a later advance never finishes a trial before an earlier
-    one did, so the i-th trial submitted after the first K is submitted at the i-th finish."""
+    submitted then, starting from the throughput its experiment's trials have measured so far (`SimJob.start_from`).
+    Finishes are taken in time order, and a later advance never finishes a trial before an earlier one did, so the
+    i-th trial submitted after the first K is submitted at the i-th finish."""
 
     def __init__(self, jobs: Sequence[SimJob]) -> None:
         self._trials: dict[str, list[SimJob]] = {}
@@ -73,6 +74,7 @@ class TrialArrivals:
             waiting = [job for job in trials if job.spec.submit_time_s == WAITING_S]
             for time_s, job in zip(finished[self._finishes_seen[experiment] :], waiting, strict=False):
                 job.spec = replace(job.spec, submit_time_s=time_s)
+                job.start_from(trials)
             self._finishes_seen[experiment] = len(finished)
 
 

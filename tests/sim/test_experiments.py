@@ -1,6 +1,7 @@
-"""Experiments in the simulator: a row of N trials, K at a time, becomes N jobs that arrive only as slots free; bad N
-and K are refused naming the row and field; the paper's static baseline is `fifo` on the row's own request (4 GPUs,
-a fixed per-GPU batch); and the per-experiment summary (makespan beside per-trial JCT) reaches summary.json."""
+"""Experiments in the simulator: a row of N trials, K at a time, becomes N jobs that arrive only as slots free; a later
+trial starts from the throughput its experiment measured; bad N and K are refused naming the row and field; the
+paper's static baseline is `fifo` on the row's own request (4 GPUs, a fixed per-GPU batch); and the per-experiment
+summary (makespan beside per-trial JCT) reaches summary.json."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from rich.console import Console
 
 from pollux.cluster import Cluster
 from pollux.errors import SpecError, TraceError
+from pollux.sim.backend import SimBackend, SimJobSpec
 from pollux.sim.cli import group_table
 from pollux.sim.experiments import WAITING_S, jobs_of, trial_name
 from pollux.sim.parametric import load_catalog
@@ -42,6 +44,31 @@ def test_an_experiment_row_is_its_trials_named_after_it_the_first_k_at_its_time(
     assert [time for _, time in jobs] == [30] * 3 + [WAITING_S] * 9
     assert trial_name("hpo", 7, 100) == "hpo/trial-007"
     assert jobs_of(WorkloadJob("one", 5, "ncf", 1, 32768)) == [("one", 5)]
+
+
+def test_a_later_trial_starts_from_its_experiments_throughput_model_and_bound_not_its_grad_stats(models):
+    """Trials train the same model on the same GPUs: the second starts with the model the first fitted and may take
+    twice the most GPUs the first ran on; the first trial and a job of no experiment start from nothing."""
+    first, second = (
+        SimJobSpec(f"hpo/trial-0{i}", "bert", t, 4, None, experiment="hpo") for i, t in ((1, 0), (2, WAITING_S))
+    )
+    backend = SimBackend(Cluster(4, 4), [first, SimJobSpec("plain", "bert", 0, 4, None), second], models)
+    trial, plain, later = backend.jobs
+    assert [(v.name, v.throughput_params, v.max_gpus) for v in backend.job_views(0)] == [
+        ("hpo/trial-01", None, 1),
+        ("plain", None, 1),
+    ]
+    plain.reallocate((1, 0, 0, 0), 0, 0)
+    for now, allocation in enumerate(((0, 1, 0, 0), (0, 2, 0, 0), (0, 4, 0, 0))):
+        trial.reallocate(allocation, now * 60, 0)
+        backend.advance(now * 60, 60)
+        plain.reallocate((), now * 60 + 60, 0)
+    backend.advance(180, 1e6)  # trial-01 finishes, trial-02 takes its slot
+    assert trial.done and later.spec.submit_time_s == trial.completion_time_s
+    view = {v.name: v for v in backend.job_views(later.spec.submit_time_s)}
+    assert view["hpo/trial-02"].throughput_params == trial.params is not None
+    assert view["hpo/trial-02"].max_gpus == 8 and view["hpo/trial-02"].grad_stats is None
+    assert view["plain"].max_gpus == 2  # it ran on 1 GPU: what trial-01 measured is not its own
 
 
 @pytest.mark.parametrize("policy", ["fifo", "pollux"])
