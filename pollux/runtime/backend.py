@@ -22,11 +22,19 @@ LOG = logging.getLogger("pollux.runtime")
 
 
 def job_facts(
-    spec: JobSpec, state: JobState, report: JobReport | None, cluster: Cluster, service_gpu_s: float
+    spec: JobSpec,
+    state: JobState,
+    report: JobReport | None,
+    cluster: Cluster,
+    service_gpu_s: float,
+    trials_model: JobReport | None = None,
 ) -> JobFacts:
     """What the policy may know about a real job: its spec, where it runs, and what its agent last reported (its
-    batch bounds, once it reports them, are the agent's)."""
+    batch bounds, once it reports them, are the agent's). A trial that has not reported yet takes the throughput
+    model and the most GPUs run of `trials_model`, a report of another trial of its experiment (the same model on
+    the same cluster; docs/design.md, "Experiments"), never its gradient statistics."""
     init_bsz = report.init_batch_size if report else spec.init_batch_size
+    model = report if report is not None else trials_model
     return JobFacts(
         name=spec.name,
         application=spec.name,
@@ -39,13 +47,13 @@ def job_facts(
         max_batch_size=report.max_batch_size if report else spec.max_batch_size,
         local_bsz_bounds=report.local_bsz_bounds if report else spec.local_bsz_bounds,
         batch_size=None if spec.adaptive else init_bsz,
-        max_replicas_run=report.max_replicas_seen if report else 0,
+        max_replicas_run=model.max_replicas_seen if model else 0,
         gpu_cap=min(spec.max_gpus, cluster.num_gpus),
         min_gpus=spec.min_gpus,
-        throughput_params=report.throughput_params if report else None,  # of the type it runs (or ran) on
+        throughput_params=model.throughput_params if model else None,  # of the type it runs (or ran) on
         grad_stats=report.grad_stats if report else None,
         gpu_types=spec.gpu_types,
-        throughput_params_by_type=dict(report.throughput_params_by_type) if report else {},
+        throughput_params_by_type=dict(model.throughput_params_by_type) if model else {},
         local_bsz_bounds_by_type={
             **spec.local_bsz_bounds_by_type,
             **(report.local_bsz_bounds_by_type if report else {}),
@@ -55,6 +63,21 @@ def job_facts(
         allocated_at_s=state.updated_at if state.status == "running" else None,  # its launch: nothing else updates it
         tenant=spec.tenant,
     )
+
+
+def trials_models(states: Sequence[JobState], report: Callable[[str], JobReport | None]) -> dict[str, JobReport]:
+    """Per experiment, the report of its trial that has run on the most GPUs (ties: the latest submitted), among
+    `states` (finished jobs included) whose report has a throughput model: what its next trials start from, as the
+    simulator's do (`pollux.sim.experiments`)."""
+    best: dict[str, JobReport] = {}
+    for state in states:
+        experiment = state.spec.get("experiment")
+        found = report(state.name) if experiment else None
+        if experiment and found is not None and found.throughput_params is not None:
+            held = best.get(experiment)
+            if held is None or found.max_replicas_seen >= held.max_replicas_seen:
+                best[experiment] = found
+    return best
 
 
 class RuntimeBackend:
@@ -81,9 +104,24 @@ class RuntimeBackend:
     def cluster(self) -> Cluster:
         return self._cluster()
 
-    def view(self, state: JobState, cluster: Cluster, now: float, service_gpu_s: float = 0.0) -> JobView:
+    def view(
+        self,
+        state: JobState,
+        cluster: Cluster,
+        now: float,
+        service_gpu_s: float = 0.0,
+        trials: Callable[[], dict[str, JobReport]] | None = None,
+    ) -> JobView:
+        """`trials`: `trials_models` of every job, asked only for a trial that has not reported yet."""
         spec = self.lifecycle.spec(state)
-        return job_view(job_facts(spec, state, self.reports.report(state.name), cluster, service_gpu_s))
+        report = self.reports.report(state.name)
+        model = None
+        if report is None and spec.experiment is not None:
+            model = (trials or self._trials_models)().get(spec.experiment)
+        return job_view(job_facts(spec, state, report, cluster, service_gpu_s, model))
+
+    def _trials_models(self) -> dict[str, JobReport]:
+        return trials_models(self.store.jobs(), self.reports.report)
 
     def job_views(self, now: float) -> list[JobView]:
         """The jobs a round may place: not cancelled, not backing off, of a tenant the service has, and with a node of
@@ -94,6 +132,14 @@ class RuntimeBackend:
         if read_at != now:  # the service hands over what its pass read, when nothing changed since
             states = self.store.jobs(include_finished=False)
             self.round_states = (now, states)
+        trials: dict[str, JobReport] | None = None
+
+        def trials_once() -> dict[str, JobReport]:  # read every job's report once a round, and only if needed
+            nonlocal trials
+            if trials is None:
+                trials = self._trials_models()
+            return trials
+
         for state in states:
             job = self.lifecycle.job(state.name)
             if state.cancel_requested:
@@ -101,7 +147,7 @@ class RuntimeBackend:
             if state.status == "pending" and now < job.not_before:
                 job.reason = f"backing off; retry in {job.not_before - now:.0f} s"
                 continue
-            view = self.view(state, cluster, now, attained.get(state.name, 0.0))
+            view = self.view(state, cluster, now, attained.get(state.name, 0.0), trials_once)
             if self.tenants is not None and view.tenant not in self.tenants.names:  # dropped by a new tenants file
                 job.reason = f"tenant {view.tenant} is not in the tenants file ({', '.join(self.tenants.names)})"
                 continue
