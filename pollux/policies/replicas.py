@@ -58,9 +58,9 @@ def refuse_pipelines(policy: type[Policy] | Policy, jobs: Sequence[JobView]) -> 
 
 def refusal(policy: str, job: str, application: str, gpus_per_replica: Mapping[str, int]) -> str:
     """The one line a policy that cannot run a hybrid-parallel job answers with."""
-    per_type = ", ".join(f"{k} on {t}" for t, k in gpus_per_replica.items())
+    per_type = ", ".join(f"{k} GPUs on {t}" for t, k in sorted(gpus_per_replica.items()))
     return (
-        f"job {job}: application {application!r} is hybrid-parallel (a replica is a pipeline of {per_type} GPUs); "
+        f"job {job}: application {application!r} is hybrid-parallel (a replica is a pipeline of {per_type}); "
         f"policy {policy!r} does not allocate whole replicas: run it with -p pollux"
     )
 
