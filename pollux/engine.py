@@ -14,6 +14,7 @@ from typing import Literal, Protocol
 from pollux.cluster import Allocation, Cluster, num_gpus, validate_allocations
 from pollux.lease import Lease, keep_leases
 from pollux.policies.base import BatchConfig, JobView, Policy, PolicyResult
+from pollux.policies.replicas import check_whole_replicas, refuse_pipelines
 from pollux.quota import QuotaLayer, RoundQuota
 
 DecisionKind = Literal["start", "resize", "stop"]
@@ -95,6 +96,7 @@ class Scheduler:
         cluster = self.backend.cluster
         if not jobs:
             return RoundResult(now, (), {})
+        refuse_pipelines(self.policy, jobs)
         sizes_jobs = self.policy.elastic_gpus
         plan: RoundQuota | None = None
         waits: dict[str, str] = {}
@@ -121,6 +123,7 @@ class Scheduler:
             allocations, clipped = self.quota.enforce(jobs, allocations, plan, cluster, sizes_jobs)
             reasons.update(clipped)
         validate_allocations(cluster, allocations, avoid_sharing=self.policy.avoids_sharing)
+        check_whole_replicas(jobs, allocations, cluster)
         decisions = diff(jobs, allocations, cluster, result.batch)
         self.backend.apply(decisions, now)
         return RoundResult(now, tuple(decisions), allocations, reasons, due, plan)

@@ -62,10 +62,34 @@ class JobView:
     restart_delay_s: float | None = None  # what a restart costs it (its checkpoint-restore), where known
     allocated_at_s: float | None = None  # when its current allocation began (its last start or move); None: waiting
     tenant: str = DEFAULT_TENANT  # the team it belongs to (`pollux.tenants`)
+    # A hybrid-parallel job (docs/design.md, "Hybrid-parallel jobs"): the GPUs of one data-parallel replica on each
+    # type it may use, a pipeline of k GPUs on one node; its batch bounds, throughput model and `max_gpus // k` count
+    # replicas, not GPUs. Empty: one GPU per replica on every type (a data-parallel job).
+    gpus_per_replica_by_type: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def adaptive(self) -> bool:
         return self.batch_size is None
+
+    @property
+    def pipelined(self) -> bool:
+        """Whether a replica is more than one GPU on some type: every allocation must be whole replicas, each
+        replica's GPUs on one node (`pollux.policies.replicas`)."""
+        return any(k > 1 for k in self.gpus_per_replica_by_type.values())
+
+    def gpus_per_replica(self, gpu_type: str | None) -> int:
+        """GPUs of one replica on `gpu_type` (None: a one-type cluster's only type): 1 for a data-parallel job."""
+        if gpu_type is None:
+            return max(self.gpus_per_replica_by_type.values(), default=1)
+        return self.gpus_per_replica_by_type.get(gpu_type, 1)
+
+    def max_gpus_on(self, gpu_type: str | None) -> int:
+        """The most GPUs it may be given on `gpu_type`: `max_gpus`, save for a pipelined job, whose bound is in
+        replicas (`max_gpus` holds it times its largest replica) and so in GPUs differs by type."""
+        if not self.pipelined:
+            return self.max_gpus
+        largest = max(self.gpus_per_replica_by_type.values())
+        return self.max_gpus // largest * self.gpus_per_replica(gpu_type)
 
     def may_run_on(self, gpu_type: str) -> bool:
         return self.gpu_types is None or gpu_type in self.gpu_types
@@ -117,6 +141,9 @@ class Policy(ABC):
     # Whether it searches within the tenants' GPU budgets itself (`optimize_within`); any other policy runs behind the
     # quota layer's admission and enforcement (`pollux.quota`).
     tenant_aware: ClassVar[bool] = False
+    # Whether it allocates hybrid-parallel jobs (`JobView.pipelined`) whole replicas, each on one node; the engine
+    # refuses such a job, in one line, under a policy that does not (`pollux.policies.replicas`).
+    whole_replicas: ClassVar[bool] = False
 
     @property
     def uses_throughput_model(self) -> bool:

@@ -48,6 +48,7 @@ class JobFacts:
     restart_delay_s: float | None = None  # its own checkpoint-restore delay, where measured
     allocated_at_s: float | None = None  # when its current allocation began (its last start or move)
     tenant: str = DEFAULT_TENANT
+    gpus_per_replica_by_type: Mapping[str, int] = field(default_factory=dict)  # a pipelined job's k per type
 
 
 def gpu_bound(
@@ -74,8 +75,9 @@ def gpu_bound(
 
 
 def job_view(facts: JobFacts) -> JobView:
-    """The policy's view of a job: its facts, with its GPU bound."""
-    bound = gpu_bound(
+    """The policy's view of a job: its facts, with its GPU bound (a pipelined job's bound is in replicas, from
+    replicas run and its per-replica batch: shown as GPUs of its largest replica, `JobView.max_gpus_on`)."""
+    bound = max(facts.gpus_per_replica_by_type.values(), default=1) * gpu_bound(
         facts.batch_size,
         facts.batch_by_policy,
         facts.max_replicas_run,

@@ -62,6 +62,7 @@ from pollux.cluster import Allocation, Cluster, num_gpus
 from pollux.defaults import RESTART_DELAY_S
 from pollux.policies.base import BatchOwner, JobView, Policy, PolicyResult
 from pollux.policies.polish import Polisher
+from pollux.policies.replicas import lay_out_replicas, only_whole_replicas
 from pollux.policies.search_state import (
     Layout,
     Row,
@@ -95,6 +96,7 @@ class PolluxPolicy(Policy):
     name: ClassVar[str] = "pollux"
     batch_owner: ClassVar[BatchOwner] = "job"
     tenant_aware: ClassVar[bool] = True
+    whole_replicas: ClassVar[bool] = True
     settings: ClassVar[tuple[str, ...]] = ("p", "restart_delay_s", "avoid_interference", "discount_starts")
 
     def __init__(
@@ -152,12 +154,14 @@ class PolluxPolicy(Policy):
         scale = cluster.num_nodes / cluster.num_gpus
         current = [sparse_row(job.allocation) for job in jobs]
         tables, keep = [], []
+        gpu_type = cluster.gpu_types[0]
         for job, row in zip(jobs, current, strict=True):
-            top = max(0, min(job.max_gpus, cluster.num_gpus))
+            top = max(0, min(job.max_gpus_on(gpu_type), cluster.num_gpus))
+            k = job.gpus_per_replica(gpu_type)
             values, kept = self.job_values(
-                job, scale * speedup_table(job, fair, top), self.realloc_factor(job, now), row
+                job, scale * speedup_table(job, fair, top, k), self.realloc_factor(job, now), row
             )
-            tables.append(values)
+            tables.append(only_whole_replicas(values, k))
             keep.append(kept)
         return ValueTable(tables, keep, current, [job.allocation for job in jobs], cluster, budget)
 
@@ -217,6 +221,8 @@ class PolluxPolicy(Policy):
             layout = self.search(values, self._counts(values, jobs))
             placed = {job.name: layout.allocation(j) for j, job in enumerate(jobs) if layout.gpus[j] > 0}
             value = layout.value.tolist()
+        if any(job.pipelined for job in jobs):
+            placed = lay_out_replicas(jobs, placed, cluster, self.avoid_interference)
         return PolicyResult(
             placed, self._reasons(jobs, cluster, placed, budgets), info={"fitness": self.fitness(value)}
         )

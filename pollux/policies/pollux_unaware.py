@@ -111,6 +111,7 @@ class PolluxUnawarePolicy(PolluxPolicy):
     name: ClassVar[str] = "pollux-unaware"
     gpu_type_aware: ClassVar[bool] = False
     tenant_aware: ClassVar[bool] = False  # the Sia paper's baseline searches its virtual nodes behind the quota layer
+    whole_replicas: ClassVar[bool] = False  # one model for every type cannot count replicas of a size per type
 
     def __init__(
         self,

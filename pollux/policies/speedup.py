@@ -15,23 +15,28 @@ import numpy as np
 from pollux.goodput import ThroughputParams, throughput
 from pollux.policies.base import JobView
 from pollux.policies.placement import fixed_batch_config
+from pollux.policies.replicas import by_gpus
 
 
-def goodput_table(job: JobView, max_gpus: int) -> np.ndarray:
+def goodput_table(job: JobView, max_gpus: int, gpus_per_replica: int = 1) -> np.ndarray:
     """Best goodput for K = 0…max_gpus, row 0 on one node, row 1 across nodes.
 
     Exact, not an approximation: the best goodput on an allocation depends on its node count only through N > 1
     (T_sync has an intra-node and an inter-node form) and on its replica count K. Jobs that have not run yet scale
     linearly (K, one unit per GPU), as the artifact assumes; jobs with a fixed batch have efficiency 1 and run at
-    their fixed per-GPU split; adaptive jobs pick their best batch per allocation.
+    their fixed per-GPU split; adaptive jobs pick their best batch per allocation. A pipelined job's replica is
+    `gpus_per_replica` GPUs: its model is per replica (R = K / k scales its batch), a count of part of a replica is
+    worth nothing (`replicas.by_gpus`), and its replica's batch is its micro-batches, with no accumulation beyond.
     """
+    if gpus_per_replica > 1:
+        return by_gpus(goodput_table(job, max_gpus // gpus_per_replica), gpus_per_replica, max_gpus)
     replicas = np.arange(max_gpus + 1)
     if job.throughput_params is None:
         return np.vstack([replicas, replicas]).astype(np.float64)
     if job.batch_size is None:
         fn = job.goodput_fn()
         assert fn is not None
-        return fn.best_by_count(max_gpus, job.max_batch_size, job.local_bsz_bounds, accumulation=True)
+        return fn.best_by_count(max_gpus, job.max_batch_size, job.local_bsz_bounds, accumulation=not job.pipelined)
     return fixed_batch_goodput(job, np.array([[1], [2]]), replicas)
 
 
@@ -44,15 +49,21 @@ class GoodputTables:
         self._tables: dict[tuple[object, ...], np.ndarray] = {}
 
     def __call__(
-        self, job: JobView, max_gpus: int, params: ThroughputParams | None, bounds: tuple[int, int]
+        self,
+        job: JobView,
+        max_gpus: int,
+        params: ThroughputParams | None,
+        bounds: tuple[int, int],
+        gpus_per_replica: int = 1,
     ) -> np.ndarray:
-        """`goodput_table` of `job` with the throughput model `params` and per-GPU batch `bounds` (those of the GPU
-        type asked about)."""
-        key = (params, job.grad_stats, job.init_batch_size, job.max_batch_size, bounds, job.batch_size, max_gpus)
+        """`goodput_table` of `job` with the throughput model `params`, per-GPU batch `bounds` and GPUs per replica
+        (those of the GPU type asked about)."""
+        stats, batch = job.grad_stats, job.batch_size
+        key = (params, stats, job.init_batch_size, job.max_batch_size, bounds, batch, max_gpus, gpus_per_replica)
         table = self._tables.get(key)
         if table is None:
             view = replace(job, throughput_params=params, local_bsz_bounds=bounds)
-            table = self._tables[key] = goodput_table(view, max_gpus)
+            table = self._tables[key] = goodput_table(view, max_gpus, gpus_per_replica)
         return table
 
 
@@ -63,9 +74,9 @@ def fair_share_base(goodput: np.ndarray, fair_gpus: int) -> float:
     return base if base > 0 else max(float(goodput[0].max()), 1e-12)
 
 
-def speedup_table(job: JobView, fair_gpus: int, max_gpus: int) -> np.ndarray:
+def speedup_table(job: JobView, fair_gpus: int, max_gpus: int, gpus_per_replica: int = 1) -> np.ndarray:
     """Speedups over the fair share for K = 0…max_gpus, row 0 on one node, row 1 across nodes (`goodput_table`)."""
-    goodput = goodput_table(job, max(max_gpus, fair_gpus))
+    goodput = goodput_table(job, max(max_gpus, fair_gpus), gpus_per_replica)
     return goodput[:, : max_gpus + 1] / fair_share_base(goodput, fair_gpus)
 
 

@@ -35,6 +35,7 @@ import numpy as np
 from pollux.cluster import Allocation, Cluster
 from pollux.goodput import ThroughputParams, scaled_params
 from pollux.policies.base import JobView
+from pollux.policies.replicas import only_whole_replicas
 from pollux.policies.search_state import Layout, Row, ValueTable, greedy_counts, sparse_row, tenant_budget
 from pollux.policies.speedup import GoodputTables, fair_share_base
 
@@ -137,8 +138,9 @@ def typed_value_tables(
                 column.append(None)
                 continue
             params = model_on(job, piece.gpu_type, scaled)
-            top = min(job.max_gpus, piece.cluster.num_gpus)
-            goodput = goodput_tables(job, max(top, fair), params, job.bounds_on(piece.gpu_type))
+            top = min(job.max_gpus_on(piece.gpu_type), piece.cluster.num_gpus)
+            k = job.gpus_per_replica(piece.gpu_type)
+            goodput = goodput_tables(job, max(top, fair), params, job.bounds_on(piece.gpu_type), k)
             if params is None:  # never ran: linear at its 1-GPU speed there, where known
                 goodput = goodput * job.single_gpu_throughput_by_type.get(piece.gpu_type, 1.0)
             column.append(_OnType(piece.restrict(job.allocation), top, goodput))
@@ -164,7 +166,7 @@ def typed_value_tables(
             row = sparse_row(entry.allocation)
             speedups = scale * entry.goodput[:, : entry.max_gpus + 1] / bases[j]
             values, kept = policy.job_values(job, speedups, policy.realloc_factor(job, now), row)
-            rows.append(values)
+            rows.append(only_whole_replicas(values, job.gpus_per_replica(piece.gpu_type)))
             keep.append(kept)
             current.append(row)
         allocations = [
@@ -343,8 +345,9 @@ def optimize_typed(
     chosen = counts_by_program(tables, pieces)
     kind, counts = greedy if chosen is None or choice_value(tables, *greedy) > choice_value(tables, *chosen) else chosen
     left = quota_left(tables, kind, counts)
-    for j in np.flatnonzero(kind < 0).tolist():  # waiting: where its tenant has GPUs left, one GPU is worth most
-        kind[j] = max(range(len(tables)), key=lambda t: (bool(left[t, j]), float(tables[t].natural[j, 1]), -t))
+    for j in np.flatnonzero(kind < 0).tolist():  # waiting: where its tenant has GPUs left, one replica is worth most
+        unit = [jobs[j].gpus_per_replica(piece.gpu_type) for piece in pieces]
+        kind[j] = max(range(len(tables)), key=lambda t: (bool(left[t, j]), float(tables[t].natural[j, unit[t]]), -t))
     placed: dict[str, Allocation] = {}
     value = np.zeros(len(jobs))
     for t, piece in enumerate(pieces):

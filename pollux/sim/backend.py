@@ -116,11 +116,17 @@ class SimJob:
         return sum(self.allocation)
 
     @property
+    def replicas(self) -> int:
+        """Its data-parallel replicas: its GPUs, or for a pipeline-parallel model its GPUs over the k of one
+        replica on its type (`pollux.sim.pipeline`): what scales its batch."""
+        return self.num_gpus // self.typed.gpus_per_replica(self.gpu_type)
+
+    @property
     def done(self) -> bool:
         return self.completion_time_s is not None
 
     def batch_size(self) -> int:
-        return self.num_gpus * self.local_bsz * (self.accum_steps + 1)
+        return self.replicas * self.local_bsz * (self.accum_steps + 1)
 
     def max_replicas_run(self) -> int:
         """The most GPUs it has run on, on any type (what it has measured of its scaling)."""
@@ -128,9 +134,10 @@ class SimJob:
 
     def max_gpus(self, gpu_type: str | None = None) -> int:
         """The most GPUs it may be given on `gpu_type` (None: the type it has; `pollux.policies.facts.gpu_bound`,
-        the runtime's rule too)."""
-        model = self.typed.on(gpu_type or self.gpu_type)
-        return gpu_bound(
+        the runtime's rule too, in replicas, times the GPUs of one replica there)."""
+        gpu_type = gpu_type or self.gpu_type
+        model = self.typed.on(gpu_type)
+        return self.typed.gpus_per_replica(gpu_type) * gpu_bound(
             self.spec.batch_size,
             self.spec.batch_by_policy,
             self.max_replicas_run(),
@@ -140,16 +147,18 @@ class SimJob:
         )
 
     def batch_limits(self) -> BatchLimits:
-        """The bounds the job's agent decides its batch within (accumulation allowed, as in the artifact)."""
+        """The bounds the job's agent decides its batch within: accumulation allowed, as in the artifact, save for a
+        pipeline-parallel model, whose replica's batch is its micro-batches (Sia's, fixed)."""
         model = self.model
-        return BatchLimits(model.init_batch_size, model.max_batch_size, (model.min_local_bsz, model.max_local_bsz))
+        bounds = (model.min_local_bsz, model.max_local_bsz)
+        return BatchLimits(model.init_batch_size, model.max_batch_size, bounds, accumulation=not self.typed.pipelined)
 
     # -- batch choice (what the agent does) -------------------------------------------------------------------
     def choose_batch(self) -> None:
         """Pick (local_bsz, accum_steps) for the current allocation: the policy's, the fixed batch spread over the
         GPUs, or the agent's own decision (`decide_batch`, the code a real job's agent runs) from the job's fitted
         model and gradient statistics."""
-        model, gpus = self.model, self.num_gpus
+        model, gpus = self.model, self.replicas
         if gpus == 0:
             self.local_bsz = self.accum_steps = 0
             return
@@ -230,7 +239,7 @@ class SimJob:
         model = self.model
         calibration = self.typed.progress_slowdown  # Sia: its physical runs were this much slower
         place = placement(self.allocation)
-        nodes, gpus = len(place), sum(place)
+        nodes, gpus = len(place), self.replicas
         while seconds > 0 and not self.done:
             batch = gpus * self.local_bsz * (self.accum_steps + 1)
             step_s, sync_s = model.step_time(place, self.local_bsz)
@@ -355,7 +364,8 @@ class SimBackend:
         self.interference = interference
         self.type_aware = type_aware
         self.models = typed_models(models, cluster)
-        self._usable = {name: self._usable_types(model) for name, model in self.models.items()}
+        used = dict.fromkeys(spec.application for spec in jobs)  # models no job runs need not fit the cluster
+        self._usable = {name: self._usable_types(self.models[name]) for name in used}
         fits: FitCache = {}
         self.jobs = [
             SimJob(
@@ -369,30 +379,41 @@ class SimBackend:
             for spec in jobs
         ]
         self._sensitive = {
-            name: placement_sensitive(model.on(self._usable[name][0])) for name, model in self.models.items()
+            name: not self.models[name].pipelined and placement_sensitive(self.models[name].on(usable[0]))
+            for name, usable in self._usable.items()
         }
-        self._speeds = {name: self._single_gpu_throughput(name) for name in self.models}
-        self._bounds = {
-            name: {t: (model.on(t).min_local_bsz, model.on(t).max_local_bsz) for t in self._usable[name]}
-            for name, model in self.models.items()
-        }
+        self._speeds = {name: self._single_gpu_throughput(name) for name in self._usable}
         self._by_name = {job.spec.name: job for job in self.jobs}
         self._arrivals = TrialArrivals(self.jobs)
 
     def _usable_types(self, model: TypedJobModel) -> tuple[str, ...]:
-        usable = tuple(t for t in self._cluster.gpu_types if t in model.gpu_types)
+        """The cluster's types `model` has a job model for, where one replica fits a node."""
+        cluster = self._cluster
+        usable = tuple(
+            t
+            for t in cluster.gpu_types
+            if t in model.gpu_types
+            and model.gpus_per_replica(t) <= max(cluster.node_gpus[n] for n in cluster.nodes_of_type(t))
+        )
         if not usable:
             raise SpecError(
                 f"application {model.name!r} has job models for GPU types {', '.join(model.gpu_types)}, none of which "
-                f"the cluster ({self._cluster.describe()}) has; use a cluster with one of them"
+                f"the cluster ({cluster.describe()}) has with a node that holds one of its replicas; use a cluster "
+                "with one of them"
             )
         return usable
 
     def _single_gpu_throughput(self, name: str) -> dict[str, float]:
         """Examples per second on one GPU of each usable type, at one per-GPU batch that fits them all (the cheap
-        profile whose ratios bootstrap a type's model, docs/design.md "Heterogeneous clusters")."""
+        profile whose ratios bootstrap a type's model, docs/design.md "Heterogeneous clusters"); for a
+        pipeline-parallel model, of one replica (its k GPUs) at its batch: its model counts replicas."""
         typed, usable = self.models[name], self._usable[name]
         models = [typed.on(t) for t in usable]
+        if typed.pipelined:
+            return {
+                t: m.min_local_bsz / m.step_time((typed.gpus_per_replica(t),), m.min_local_bsz)[0]
+                for t, m in zip(usable, models, strict=True)
+            }
         batch = max(min(models[0].init_batch_size, *(m.max_local_bsz for m in models)), 1)
         return {t: batch / m.step_time((1,), batch)[0] for t, m in zip(usable, models, strict=True)}
 
@@ -464,6 +485,7 @@ class SimBackend:
             restart_delay_s=job.typed.restore_delay_s,
             allocated_at_s=job.allocated_at_s,
             tenant=job.spec.tenant,
+            gpus_per_replica_by_type={t: job.typed.gpus_per_replica(t) for t in usable} if job.typed.pipelined else {},
         )
 
     def resize(self, cluster: Cluster, kept: Sequence[int], now: float) -> None:

@@ -95,7 +95,7 @@ def load_inputs(inputs: SimInputs) -> tuple[dict[str, JobModel | TypedJobModel],
     from pollux.sim.workload import read_workload
 
     if inputs.typed:
-        models = dict(load_typed_models(inputs.profiles, inputs.data_dir))
+        models = dict(load_typed_models(inputs.profiles, inputs.data_dir, pipelines=True))
     else:
         models = dict(load_measured_models(inputs.data_dir))
     same_artifact = workload_artifact(inputs.workload) in (None, inputs.profiles)
@@ -322,10 +322,10 @@ def simulate_command(
     """Replay a workload under each policy and compare them. A table on screen; the summary, CSVs, plots and an
     HTML report in --out."""
     from pollux.lease import Lease
-    from pollux.policies.registry import POLICIES
+    from pollux.policies.registry import POLICIES, policy_class
     from pollux.sim.progress import run_policies
     from pollux.sim.report import write_outputs
-    from pollux.sim.run import SimConfig, check_workload_fits
+    from pollux.sim.run import SimConfig, check_policy_runs, check_workload_fits
 
     console = plain_console()
     chosen = chosen_cluster(cluster, nodes, gpus_per_node)
@@ -340,6 +340,8 @@ def simulate_command(
     inputs, note = resolve_inputs(workload, data_dir, seed, cluster=config.cluster)
     models, loaded = load_inputs(inputs)  # a missing, malformed or too large workload is refused before any bar
     check_workload_fits(loaded.jobs, models, config.largest_cluster(), config.tenants)
+    for name in names:
+        check_policy_runs(loaded.jobs, models, policy_class(name))
     _make_out_dir(out)
     console.print(note, soft_wrap=True)
     results = run_policies(names, inputs, config, processes, console)

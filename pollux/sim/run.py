@@ -20,6 +20,7 @@ from pollux.lease import Lease
 from pollux.policies.base import JobView, Policy
 from pollux.policies.placement import packed_placement
 from pollux.policies.registry import Input, PolicySettings, make_policy
+from pollux.policies.replicas import refusal
 from pollux.quota import PerType, QuotaLayer
 from pollux.sim.backend import SimBackend, SimJob, SimJobSpec
 from pollux.sim.experiments import experiment_summary, job_count, jobs_of
@@ -101,6 +102,18 @@ def check_workload_fits(
             tenants.check_job(row.name, row.tenant)
 
 
+def check_policy_runs(rows: Sequence[WorkloadJob], models: Mapping[str, JobModel | TypedJobModel], policy) -> None:
+    """Refuse, in one line, a hybrid-parallel job (`pollux.sim.pipeline`) under a policy (class or instance) that
+    does not allocate whole replicas (`Policy.whole_replicas`): `pollux simulate` asks before any progress bar."""
+    if policy.whole_replicas:
+        return
+    for row in rows:
+        model = models.get(row.application)
+        if isinstance(model, TypedJobModel) and model.pipelined:
+            per_type = {t: model.gpus_per_replica(t) for t in model.gpu_types}
+            raise SpecError(refusal(policy.name, row.name, row.application, per_type))
+
+
 def job_specs(
     rows: Sequence[WorkloadJob],
     policy: Policy,
@@ -111,6 +124,7 @@ def job_specs(
     """Workload rows as the policy's jobs: adaptive ones drop the user's batch; fixed ones keep it. An experiment
     row is its trials (`pollux.sim.experiments`), each with the row's request."""
     check_workload_fits(rows, models, cluster, tenants)
+    check_policy_runs(rows, models, policy)
     specs = []
     for row in rows:
         batch: int | None = row.batch_size
@@ -208,8 +222,10 @@ def isolated_jct(job: SimJob, gpus: int, config: SimConfig, gpu_type: str | None
 
 def fair_share(job: SimJob, gpus: int, contention: float, gpu_type: str | None = None) -> int:
     """A fair 1/J share of `gpus` GPUs for J = `contention` jobs: max(1, round(gpus / J)), at most what `job` may
-    use on `gpu_type` (None: the type it ran on last)."""
-    return max(1, min(round(gpus / max(contention, 1.0)), job.max_gpus(gpu_type)))
+    use on `gpu_type` (None: the type it ran on last), in whole replicas there (at least one)."""
+    share = max(1, min(round(gpus / max(contention, 1.0)), job.max_gpus(gpu_type)))
+    per_replica = job.typed.gpus_per_replica(gpu_type or job.gpu_type)
+    return max(share // per_replica, 1) * per_replica
 
 
 def alone_by_type(job: SimJob, contention: float, config: SimConfig, known: tuple[str, int, float]) -> dict[str, float]:

@@ -93,6 +93,16 @@ class TypedJobModel:
         """(min, max) per-GPU batch on each type: the memory limit differs by type."""
         return {t: (m.min_local_bsz, m.max_local_bsz) for t, m in self.by_type.items()}
 
+    def gpus_per_replica(self, gpu_type: str) -> int:
+        """GPUs of one data-parallel replica on `gpu_type`: 1, save for a pipeline-parallel model
+        (`pollux.sim.pipeline`), whose replica is a pipeline of k GPUs on one node."""
+        return int(getattr(self.on(gpu_type), "gpus_per_replica", 1))
+
+    @property
+    def pipelined(self) -> bool:
+        """Whether a replica is more than one GPU on some type."""
+        return any(self.gpus_per_replica(t) > 1 for t in self.by_type)
+
 
 # ---- the Sia artifact's per-model settings ---------------------------------------------------------------------
 
@@ -118,10 +128,10 @@ SIA_SETTINGS: dict[str, SiaModelSettings] = {
     "ncf": SiaModelSettings(10, 1.5, 15),
     "yolov3": SiaModelSettings(50, 1.2, 80),
 }
-# Sia's profiles hold one more model, gpt_pmp (on rtx and dgx-ext only), which is not loaded: a pipeline-parallel
-# job whose files give one pipeline stage's time per micro-batch (step time exactly proportional to local_bsz, sync
-# time above step time on rtx), that Sia's simulator turns into a step time by a formula of its own, and that no Sia
-# workload uses. Read as a data-parallel profile it would answer with wrong step times.
+# Sia's profiles hold one more model, gpt_pmp (on rtx and dgx-ext only): a pipeline-parallel job whose files give one
+# pipeline stage's time per micro-batch, which Sia's simulator turns into a step time by a formula of its own. Read
+# as a data-parallel profile it would answer with wrong step times; `pollux.sim.pipeline` reads it, and
+# `load_typed_models(..., pipelines=True)` adds it.
 
 
 def load_sia_models(data_dir: Path | None = None) -> dict[str, TypedJobModel]:
@@ -143,10 +153,28 @@ def load_sia_models(data_dir: Path | None = None) -> dict[str, TypedJobModel]:
     return models
 
 
-def load_typed_models(source: Source, data_dir: Path | None = None) -> dict[str, TypedJobModel]:
+def load_pipeline_models(data_dir: Path | None = None) -> dict[str, TypedJobModel]:
+    """Sia's pipeline-parallel models (`pollux.sim.pipeline.SIA_PIPELINES`: gpt_pmp), on the types it profiled."""
+    from pollux.sim.pipeline import SIA_PIPELINES, load_pipeline_profiles
+
+    models = {}
+    for name, settings in SIA_PIPELINES.items():
+        by_type = load_pipeline_profiles(name, data_dir)
+        models[name] = TypedJobModel(
+            name, by_type, settings.progress_slowdown, settings.restore_delay_s, restarts_on_move=False
+        )
+    return models
+
+
+def load_typed_models(
+    source: Source, data_dir: Path | None = None, pipelines: bool = False
+) -> dict[str, TypedJobModel]:
     """Every measured model of `source`, per GPU type. `pollux-osdi21`: the `load_measured_models` objects
-    themselves, on `aws` (T4), with no slowdown and the simulator's restart delay. `sia-sosp23`: `load_sia_models`.
-    `data_dir` is that artifact's folder (default: found as `find_data_dir` does)."""
+    themselves, on `aws` (T4), with no slowdown and the simulator's restart delay. `sia-sosp23`: `load_sia_models`,
+    and with `pipelines` its pipeline-parallel models too (`load_pipeline_models`). `data_dir` is that artifact's
+    folder (default: found as `find_data_dir` does)."""
     if check_artifact(source) == DATASET:
         return {name: TypedJobModel(name, {DEFAULT_GPU_TYPE: m}) for name, m in load_measured_models(data_dir).items()}
+    if pipelines:
+        return load_sia_models(data_dir) | load_pipeline_models(data_dir)
     return load_sia_models(data_dir)
