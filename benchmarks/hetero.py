@@ -7,7 +7,8 @@ per-workload means), p99 of the pooled JCTs, makespan per workload averaged, GPU
 (running + queued jobs per round: the mean of per-workload means, and the max). Published rows are Table 3's:
 `pollux` beside Sia, `pollux-unaware` beside the paper's Pollux, `gavel` beside Gavel+TunedJobs. On a whole
 trace, two rows follow `pollux`'s: Sia's own code rerun on the same workloads (`SIA_RERUN`) beside Table 3, and
-`pollux` beside that rerun, then a line comparing the two workload by workload.
+`pollux` beside that rerun, then a line comparing the two workload by workload. On Helios, a line puts `gavel` beside
+the artifact's own Gavel rerun (`GAVEL_RERUN_WORKLOADS`), workload by workload, and over all 10.
 
 With `--by-application`, a second table per trace says where each policy's JCT goes, model by model: its share of
 the summed JCT, mean JCT against the job alone on its share of the cluster (`isolated`), restarts, queueing and
@@ -93,6 +94,11 @@ SIA_RERUN_WORKLOADS: dict[str, tuple[float, ...]] = {
     "philly": (0.542, 0.728, 0.569, 0.689, 0.655, 0.583, 0.843, 0.639),
     "saturn": (0.581, 0.722, 0.728, 0.867, 0.664, 0.662, 0.588, 0.785, 1.022, 0.796),
 }
+
+# The Sia artifact's own Gavel (commit aaf7a0d, `--policy=gavel --interval=360`, cvxpy 1.4.4 with ECOS), rerun on
+# Helios (docs/design.md, "Gavel"): avg JCT (h) of the workloads rerun, and over all 10 (its README's sample run).
+GAVEL_RERUN_WORKLOADS: dict[int, float] = {1: 1.798, 2: 1.717, 4: 2.56, 5: 2.03, 6: 1.79, 7: 1.41, 8: 3.351, 10: 4.194}
+GAVEL_RERUN_MEAN_H = 2.548
 
 
 @dataclass(frozen=True)
@@ -190,6 +196,17 @@ def against(ours: tuple[float, ...], theirs: Published, digits: int) -> list[str
     """Cells `ours / theirs (±%)` for avg JCT, p99, makespan and GPU-hours per job; `digits` of theirs shown (the
     paper's one decimal, or a rerun's two)."""
     return [f"{v:.2f} / {t:.{digits}f} ({v / t - 1:+.0%})" for v, t in zip(ours, theirs.metrics, strict=True)]
+
+
+def gavel_line(means_h: list[float]) -> str:
+    """Our `gavel` beside the artifact's Gavel, workload by workload (those rerun), and over all 10 Helios workloads."""
+    pairs = [(i, mine, GAVEL_RERUN_WORKLOADS[i]) for i, mine in enumerate(means_h, 1) if i in GAVEL_RERUN_WORKLOADS]
+    listed = ", ".join(f"w{i} {mine:.3f}/{theirs:.3f} ({mine / theirs - 1:+.1%})" for i, mine, theirs in pairs)
+    line = f"gavel / the artifact's Gavel, avg JCT h per workload: {listed}"
+    if len(means_h) == TRACES["saturn"]:
+        mean = float(np.mean(means_h))
+        line += f"; all 10: {mean:.3f}/{GAVEL_RERUN_MEAN_H:.3f} ({mean / GAVEL_RERUN_MEAN_H - 1:+.1%})"
+    return line
 
 
 def parse_setting(text: str) -> tuple[str, float | bool]:
@@ -326,6 +343,8 @@ def main() -> None:
                 lower = sum(p < sia for p, sia in pairs)
                 listed = ", ".join(f"{p:.3f}/{sia:.3f}" for p, sia in pairs)
                 console.print(f"pollux / Sia's code, avg JCT h per workload: lower on {lower} of {count}: {listed}")
+            if "gavel" in policies and trace == "saturn":
+                console.print(gavel_line([float(np.mean(runs["gavel", w].jcts_s)) / HOUR for w in workloads]))
             if args.by_application:
                 console.print(
                     application_table(trace, count, policies, [[runs[p, w] for w in workloads] for p in policies])

@@ -96,6 +96,14 @@ def random_rigid_jobs(rng: np.random.Generator, cluster: Cluster, count: int) ->
 
 
 # -- the linear program -------------------------------------------------------------------------------------------
+def test_identical_jobs_share_the_time_alike_as_an_interior_point_solver_shares_it() -> None:
+    """Three identical jobs want one type's 4 GPUs: a simplex vertex gives one all of the time, the artifact's
+    interior-point solver (ECOS) a third to each; the job that gains most on the other type takes it."""
+    throughput = np.array([[2.0, 1.0], [2.0, 1.0], [2.0, 1.0], [1.0, 3.0]])
+    fractions = max_sum_throughput(throughput, np.array([4, 4, 4, 4]), np.array([4, 4]))
+    np.testing.assert_array_equal(fractions, [[0.33333, 0], [0.33333, 0], [0.33333, 0], [0, 1]])
+
+
 def test_time_fractions_keep_each_types_capacity_one_type_at_a_time_and_zero_where_a_job_cannot_run() -> None:
     rng = np.random.default_rng(5)
     for _ in range(50):
@@ -159,27 +167,71 @@ def test_random_rounds_keep_capacity_one_type_per_job_the_requested_gpus_and_the
 # -- rounds -------------------------------------------------------------------------------------------------------
 def test_priorities_rotate_two_jobs_that_cannot_run_together_in_proportion_to_their_fractions() -> None:
     """Two 3-GPU jobs on 4 GPUs: the LP gives the faster one the whole time (X = 1) and the other the third it can
-    fit beside it (X = 1/3). They cannot run together, so rounds alternate by priority: a runs about 3 rounds in 4."""
+    fit beside it (X = 1/3). They cannot run together, so rounds alternate by priority: a runs 3 rounds in 4."""
     cluster = Cluster(1, 4)
     seconds = {("a", "aws"): 0.9, ("b", "aws"): 1.0}
     jobs = [rigid(name, cluster, gpus=3) for name in ("a", "b")]
     results = run_rounds(GavelPolicy(table_step_time(seconds)), cluster, jobs, rounds=16)
-    assert results[0].info["time_fractions"] == {"a": {"aws": 1.0}, "b": {"aws": 0.333333}}
+    assert results[0].info["time_fractions"] == {"a": {"aws": 1.0}, "b": {"aws": 0.33333}}
     running = ["".join(sorted(r.allocations)) for r in results]
-    assert set(running) == {"a", "b"}  # one at a time, and both get turns
-    assert running[:2] == ["a", "b"]  # b has never run: infinite priority in round 2
+    # round 2: a has 1.5 rounds of the 2 counted (half a round each from the start), b 0.5: priorities
+    # 1 ÷ (1.5 / 2) = 4/3 and (1/3) ÷ (0.5 / 2) = 4/3 tie, and the larger X (a's) goes first
+    assert running[:3] == ["a", "a", "b"]
     assert running.count("a") == 12 and running.count("b") == 4
-    assert results[2].reasons["b"] == "waiting: lower priority than the jobs placed on aws (0.33)"
+    assert results[1].reasons["b"] == "waiting: lower priority than the jobs placed on aws (0.33)"
+
+
+def test_the_fraction_received_counts_every_jobs_time_on_the_type_finished_jobs_included() -> None:
+    """The artifact's bookkeeping: priority = X ÷ (time on the type ÷ all jobs' time on it), each job counted half
+    a round from its first round. a ran one round alone and left: the type's time is a's 180 + 360 s and the
+    180 s of each newcomer, so b's priority is X · 900 / 180."""
+    cluster = Cluster(1, 4)
+    policy = GavelPolicy(fake_step_time)
+    first = policy.optimize([rigid("a", cluster, gpus=4)], cluster, now=0.0)
+    assert first.allocations == {"a": (4,)} and first.info["priorities"]["a"]["aws"] == 1.0  # alone: all of it
+    newcomers = [rigid(name, cluster, gpus=4, submit_time_s=ROUND_S) for name in ("b", "c")]
+    result = policy.optimize(newcomers, cluster, now=ROUND_S)
+    share = result.info["time_fractions"]["b"]["aws"]
+    assert share == 0.5 and result.info["priorities"]["b"]["aws"] == share * 900 / 180
+
+
+def test_a_job_left_out_of_a_round_and_back_is_counted_once() -> None:
+    """Behind the quota layer a job may be missing from a round's views and come back: its time then counts as
+    its view says, not once more as a job that left."""
+    cluster = Cluster(1, 4)
+    policy = GavelPolicy(fake_step_time)
+    a, b = (rigid(name, cluster, gpus=4) for name in ("a", "b"))
+    policy.optimize([a, b], cluster, now=0.0)
+    policy.optimize([b], cluster, now=ROUND_S)
+    a = replace(a, run_time_by_type_s={"aws": ROUND_S})
+    b = replace(b, run_time_by_type_s={"aws": ROUND_S})
+    result = policy.optimize([a, b], cluster, now=2 * ROUND_S)
+    assert result.info["priorities"]["a"]["aws"] == result.info["time_fractions"]["a"]["aws"] * 2
 
 
 def test_a_job_that_stays_on_its_type_keeps_its_exact_gpus() -> None:
-    """Spread over two RTX nodes, a job Gavel keeps on RTX is not repacked onto one node (that would restart it)."""
+    """Spread over two RTX nodes, a job Gavel keeps on RTX is not repacked onto one node (that would restart it);
+    a new job takes the first free GPUs in node order."""
     cluster = Cluster.of_groups([NodeGroup("aws", 1, 4), NodeGroup("rtx", 2, 8)])
     running = rigid("running", cluster, gpus=4, allocation=(0, 2, 2), run_time_by_type_s={"rtx": 720.0})
     fresh = rigid("fresh", cluster, gpus=4)
     result = GavelPolicy(fake_step_time).optimize([running, fresh], cluster, now=720.0)
-    assert result.allocations["running"] == (0, 2, 2)
-    assert result.allocations["fresh"] in {(0, 4, 0), (0, 0, 4)}  # a new job is packed on one node
+    assert result.allocations == {"running": (0, 2, 2), "fresh": (0, 4, 0)}
+
+
+def test_new_jobs_take_the_first_free_gpus_in_node_order_largest_first_across_nodes_if_need_be() -> None:
+    """The artifact's placement: per type, the largest jobs first; a job that held GPUs of the type keeps them
+    where all are still free, the others take the first free GPUs node by node. The 8-GPU newcomer takes node 0,
+    where the 2-GPU job ran, which moves to the next free GPUs; the 6-GPU one then straddles nodes 1 and 2."""
+    cluster = Cluster(3, 8)
+    small = rigid("small", cluster, gpus=2, allocation=(2, 0, 0), run_time_by_type_s={"aws": 360.0})
+    big = rigid("big", cluster, gpus=8)
+    mid = rigid("mid", cluster, gpus=6)
+    result = GavelPolicy(fake_step_time).optimize([small, big, mid], cluster, now=720.0)
+    assert result.allocations == {"big": (8, 0, 0), "mid": (0, 6, 0), "small": (0, 2, 0)}
+    held = rigid("held", cluster, gpus=6, allocation=(0, 2, 4), run_time_by_type_s={"aws": 360.0})
+    result = GavelPolicy(fake_step_time).optimize([held, big, mid], cluster, now=720.0)
+    assert result.allocations == {"big": (8, 0, 0), "held": (0, 2, 4), "mid": (0, 6, 0)}
 
 
 def test_the_same_jobs_in_any_order_give_the_same_decisions() -> None:
