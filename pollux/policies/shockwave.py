@@ -7,10 +7,11 @@ rate[j, t] on each GPU type t it fits):
 
     progress q_j    = steps done ÷ (steps done + steps left)
     step time τ_j   = the mean of 1 / rate[j, t] over the types it fits (the Sia artifact's average over types)
-    share s_j       = min(1, GPUs ÷ (N · its GPUs)), N the active jobs: its time share of 1/N of the cluster
-    fair JCT F_j    = (steps done + steps left) · τ_j ÷ s_j, averaged over rounds with momentum (below)
-    planned JCT     = age + W + (steps left − planned steps) · τ_j ÷ s_j, W the window's seconds
-    ρ̂_j            = (age + steps left · τ_j ÷ s_j) ÷ F_j: how far behind it is now
+    share s         = min(1, the cluster's GPUs ÷ N), N the active jobs (the Sia artifact's uniform share)
+    fair JCT F_j    = (age + steps left · τ_j) ÷ s, averaged over rounds with momentum (below), as the Sia artifact
+                      estimates it
+    planned JCT     = age + W + (steps left − planned steps) · τ_j ÷ s, W the window's seconds
+    ρ̂_j            = (age + steps left · τ_j ÷ s) ÷ F_j: how far behind it is now
 
 Every round (60 s, `round_s`), a mixed-integer program (HiGHS) plans the next `window_rounds` rounds: n[j, t] rounds
 of the window on type t, at most the window's rounds per job, each type's GPU-rounds within its GPUs × the rounds.
@@ -339,11 +340,11 @@ class ShockwavePolicy(Policy):
             done[j], left[j] = steps_done_and_left(job, rates[j], types)
         left = np.where(done + left > 0, left, 1.0)  # nothing known of its work: one step from done
         step_s = np.array([np.mean(1.0 / row[row > 0]) for row in rates]).reshape(count)
-        share = np.minimum(1.0, cluster.num_gpus / (num_active * gpus))
+        share = np.full(count, min(1.0, cluster.num_gpus / num_active))
         age = np.array([job.age_s(now) for job in jobs]).reshape(count)
         fair = np.zeros(count)
         for j, job in enumerate(jobs):
-            estimate = (done[j] + left[j]) * step_s[j] / share[j]
+            estimate = (age[j] + left[j] * step_s[j]) / share[j]
             mean = self._finish.setdefault(job.name, _MeanFinish(now, now, estimate))
             fair[j] = mean.update(now, estimate)
         rank = (age + left * step_s / share) / fair

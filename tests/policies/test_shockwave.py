@@ -16,7 +16,14 @@ from pollux.cluster import Cluster, NodeGroup, validate_allocations
 from pollux.errors import SpecError
 from pollux.policies.base import JobView
 from pollux.policies.registry import make_policy
-from pollux.policies.shockwave import DEFAULT_WINDOW_ROUNDS, ShockwavePolicy, Window, first_round, plan_window
+from pollux.policies.shockwave import (
+    DEFAULT_WINDOW_ROUNDS,
+    Plan,
+    ShockwavePolicy,
+    Window,
+    first_round,
+    plan_window,
+)
 from pollux.policies.tuned_jobs import type_fit
 from pollux.sim.cli import default_policies
 from pollux.sim.parametric import load_catalog
@@ -126,23 +133,42 @@ def test_a_bound_that_can_be_met_is_met_even_at_the_cost_of_the_welfare() -> Non
 
 
 # -- the policy ---------------------------------------------------------------------------------------------------
-def test_the_job_furthest_behind_its_fair_finish_time_gets_the_gpu_first() -> None:
-    """Two jobs of the same work wait for one GPU; `old` has waited an hour, so it is further behind (ρ̂) and runs
-    first. The bound of `new`, which it can still meet, gives it most of the window after."""
-    jobs = [rigid("new", ONE_GPU, submit_time_s=3500.0), rigid("old", ONE_GPU, submit_time_s=0.0)]
-    result = ShockwavePolicy(one_step_per_second).optimize(jobs, ONE_GPU, now=3600.0)
-    assert result.info["rho_hat"]["old"] > result.info["rho_hat"]["new"]
-    assert result.info["bounded"] == ["new"] and result.info["planned_rounds"] == {"new": 4, "old": 1}
-    assert result.allocations == {"old": (1,)}
-    assert result.reasons["new"].startswith(f"waiting: ρ̂ {result.info['rho_hat']['new']:.2f};")
+def test_a_job_that_waited_is_behind_its_fair_finish_time_and_takes_the_gpu_from_one_that_ran() -> None:
+    """Two jobs of the same work arrive together on one GPU. An hour later `ran` has run all of it and `waited` has
+    waited: its fair finish-time estimate grew by the hour, its momentum mean lags, so it is behind (ρ̂ > 1), `ran`
+    is not, and `waited` takes the GPU although taking it costs `ran` a restart."""
+    policy = ShockwavePolicy(one_step_per_second)
+    ran, waited = rigid("ran", ONE_GPU, remaining=7200.0), rigid("waited", ONE_GPU, remaining=3600.0)
+    policy.optimize([ran, waited], ONE_GPU, now=0.0)
+    ran = replace(ran, remaining_steps=3600.0, allocation=(1,), allocated_at_s=0.0, attained_service_gpu_s=3600.0)
+    result = policy.optimize([ran, waited], ONE_GPU, now=3600.0)
+    rho = result.info["rho_hat"]
+    assert rho["waited"] > 1.0 >= rho["ran"] - 1e-9
+    assert result.allocations == {"waited": (1,)}
+    assert result.reasons["ran"].startswith(f"waiting: ρ̂ {rho['ran']:.2f};")
 
 
-def test_a_running_job_ahead_yields_to_one_far_behind() -> None:
-    """`ahead` has run since it arrived; `behind` has waited three hours for the one GPU."""
-    ahead = rigid("ahead", ONE_GPU, allocation=(1,), allocated_at_s=3000.0, attained_service_gpu_s=600.0)
-    behind = rigid("behind", ONE_GPU, submit_time_s=-10800.0)
-    result = ShockwavePolicy(one_step_per_second).optimize([ahead, behind], ONE_GPU, now=3600.0)
-    assert result.allocations == {"behind": (1,)}
+def test_round_0_goes_to_the_job_furthest_behind_among_plans_otherwise_alike() -> None:
+    """Three 1-GPU jobs planned for two rounds each on two GPUs: the two furthest behind run now."""
+    window = Window(
+        rates=np.ones((3, 1)),
+        gpus=np.ones(3, dtype=int),
+        capacity=np.array([2]),
+        done=np.zeros(3),
+        left=np.full(3, 3000.0),
+        step_s=np.ones(3),
+        restore_s=np.zeros(3),
+        running=np.full(3, -1),
+        need=np.zeros(3),
+        weight=np.ones(3),
+        rank=np.array([1.2, 0.9, 1.5]),
+    )
+    plan = Plan(rounds=np.array([[2], [2], [2]]), steps=np.full(3, 120.0), solved=True)
+    assert first_round(window, plan, 5) == {2: 0, 0: 0}
+    running = replace(window, running=np.array([-1, 0, -1]))  # a pause would cost it a restore: it stays
+    assert first_round(running, plan, 5) == {1: 0, 2: 0}
+    everywhere = replace(plan, rounds=np.array([[2], [5], [2]]))  # planned for every round: it must run now
+    assert first_round(window, everywhere, 5) == {1: 0, 2: 0}
 
 
 def test_a_job_runs_on_the_type_where_it_is_fastest() -> None:
