@@ -268,8 +268,8 @@ def test_the_simulator_runs_shockwave_to_the_end_of_a_small_workload() -> None:
     models = load_catalog()
     apps = sorted(models)[:3]
     rows = [
-        WorkloadJob(f"job-{i}", 200 * i, apps[i % 3], 1 + i % 3, models[apps[i % 3]].init_batch_size) for i in range(8)
+        WorkloadJob(f"job-{i}", 200 * i, apps[i % 3], 1 + i % 3, models[apps[i % 3]].init_batch_size) for i in range(4)
     ]
     result = simulate(rows, make_policy("shockwave"), models, SimConfig(cluster=Cluster(1, 4)))
     assert result.policy == "shockwave"
-    assert len(result.jobs) == 8 and all(j.finish_s is not None for j in result.jobs)
+    assert len(result.jobs) == 4 and all(j.finish_s is not None for j in result.jobs)
