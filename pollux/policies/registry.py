@@ -29,6 +29,7 @@ POLICIES: dict[str, str] = {
     "pollux-unaware": "pollux.policies.pollux_unaware:PolluxUnawarePolicy",
     "astraea": "pollux.policies.astraea:AstraeaPolicy",
     "themis": "pollux.policies.themis:ThemisPolicy",
+    "shockwave": "pollux.policies.shockwave:ShockwavePolicy",
 }
 
 

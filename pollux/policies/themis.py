@@ -55,6 +55,7 @@ from pollux.policies.tuned_jobs import (
     place_rigid,
     requested,
     step_rates,
+    steps_done_and_left,
     type_fits,
 )
 
@@ -91,9 +92,8 @@ def finish_times(
     restore_s: float,
     leased: Mapping[str, str],
 ) -> FinishTimes:
-    """ρ of every job under each choice of this round (module docstring). Steps left are the view's, where known;
-    else as many as it has done (the job is taken to be halfway). Steps done = seconds held on each type × its rate
-    there (`run_time_by_type_s`; on a one-type cluster its GPU-seconds ÷ its GPUs)."""
+    """ρ of every job under each choice of this round (module docstring); steps done and left as
+    `steps_done_and_left` counts them."""
     types = cluster.gpu_types
     gpus = np.array([requested(job) for job in jobs], dtype=np.float64)
     alone = isolated_rates(rates, gpus, np.array([cluster.gpus_of_type(t) for t in types], dtype=np.float64))
@@ -101,11 +101,7 @@ def finish_times(
     left_out = np.full(len(jobs), math.inf)
     ranked = np.full(len(jobs), math.inf)
     for j, job in enumerate(jobs):
-        held_s = dict(job.run_time_by_type_s)
-        if not held_s and len(types) == 1:
-            held_s = {types[0]: job.attained_service_gpu_s / gpus[j]}
-        done = sum(seconds * rates[j, types.index(t)] for t, seconds in held_s.items() if t in types)
-        left = job.remaining_steps if job.remaining_steps is not None else done
+        done, left = steps_done_and_left(job, rates[j], types)
         restore = job.restart_delay_s if job.restart_delay_s is not None else restore_s
         if alone[j] <= 0:
             continue  # unknown speed everywhere: it cannot be estimated (it runs on leftovers, to be measured)

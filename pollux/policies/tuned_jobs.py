@@ -1,8 +1,8 @@
 """Rigid jobs at the workload's GPUs and batch ("TunedJobs", as the Sia paper ran its peers), on clusters of one or
 several GPU types: how fast each job runs on each type, and where the jobs a peer chose go.
 
-Shared by Gavel (`pollux.policies.gavel`) and Themis (`pollux.policies.themis`), which differ only in how they
-choose who runs on which type:
+Shared by Gavel (`pollux.policies.gavel`), Themis (`pollux.policies.themis`) and Shockwave
+(`pollux.policies.shockwave`), which differ only in how they choose who runs on which type:
 
 - **A job on a type (`type_fit`).** Its requested GPUs packed on as few nodes of the type as possible, at the per-GPU
   split of `fixed_batch_config`: where that type's memory (`JobView.bounds_on`) cannot hold ⌈batch / GPUs⌉ examples
@@ -11,6 +11,8 @@ choose who runs on which type:
 - **Its speed there (`step_rates`).** Optimizer steps per second of the fixed batch on that placement: steps, not
   examples, as the Sia artifact's Gavel counts them. 0 where the job does not fit or its step time is unknown (the
   fitted fallback, before any fit).
+- **Its progress (`steps_done_and_left`).** Steps done = seconds held on each type × its rate there; steps left the
+  view's (the simulator's oracle), else as many as done (the job taken to be halfway).
 - **Placement (`place_rigid`).** A chosen job still holding its GPUs on its chosen type keeps them exactly (no
   restart); the others, largest first, go best-fit onto one node of their type, or across its nodes with most free.
 """
@@ -114,6 +116,17 @@ def step_rates(
             if step_s is not None and math.isfinite(step_s) and step_s > 0:
                 rates[j, k] = 1.0 / step_s
     return rates
+
+
+def steps_done_and_left(job: JobView, rates: np.ndarray, types: Sequence[str]) -> tuple[float, float]:
+    """Optimizer steps a rigid job has done and has left, from its row of `step_rates`: done = seconds held on each
+    type (`run_time_by_type_s`; on a one-type cluster its GPU-seconds ÷ its GPUs) × its rate there; left = the
+    view's `remaining_steps` where known, else as many as done (the runtime: the job is taken to be halfway)."""
+    held_s = dict(job.run_time_by_type_s)
+    if not held_s and len(types) == 1:
+        held_s = {types[0]: job.attained_service_gpu_s / requested(job)}
+    done = sum(seconds * rates[types.index(t)] for t, seconds in held_s.items() if t in types)
+    return done, job.remaining_steps if job.remaining_steps is not None else done
 
 
 def fits_no_type(fit_row: Sequence[TypeFit]) -> str:

@@ -126,13 +126,13 @@ def _make_out_dir(out: Path) -> None:
 
 
 TENANT_PEERS = ("astraea",)  # schedulers of tenants' fairness: by default only where there are tenants
-NAMED_PEERS = ("themis",)  # peers of the Sia paper's Table 4 beyond Gavel: run only when named (`-p themis`)
+NAMED_PEERS = ("themis", "shockwave")  # the Sia paper's Table 4 peers beyond Gavel: run only when named (`-p themis`)
 
 
 def default_policies(cluster: Cluster, tenants: bool = False) -> list[str]:
     """Every registered policy; on a cluster of one GPU type not `pollux-unaware`, which decides as `pollux` there;
-    `astraea`, a scheduler for fairness between tenants, only with a tenants file; `themis` only when named (so a
-    run without them stays as it was)."""
+    `astraea`, a scheduler for fairness between tenants, only with a tenants file; `themis` and `shockwave` only when
+    named (so a run without them stays as it was)."""
     from pollux.policies.registry import POLICIES
 
     return [

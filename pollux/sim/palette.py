@@ -4,7 +4,7 @@ from nowhere else, so a policy looks the same in both, and in every run.
 
 The colours are Okabe and Ito's qualitative palette, chosen to stay apart for the common colour-vision deficiencies
 (https://jfly.uni-koeln.de/color/), with its yellow swapped for a grey: a thin yellow line is lost on white; a ninth
-policy takes the wine of Paul Tol's muted scheme, darker than any of those, a tenth its olive.
+policy takes the wine of Paul Tol's muted scheme, darker than any of those, a tenth its olive, an eleventh its indigo.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Iterable
 
 BLACK, ORANGE, SKY_BLUE, BLUISH_GREEN = "#000000", "#E69F00", "#56B4E9", "#009E73"
 BLUE, VERMILLION, REDDISH_PURPLE, GREY = "#0072B2", "#D55E00", "#CC79A7", "#8C8C8C"
-WINE, OLIVE = "#882255", "#999933"
-PALETTE = (BLUE, VERMILLION, BLUISH_GREEN, ORANGE, REDDISH_PURPLE, SKY_BLUE, BLACK, GREY, WINE, OLIVE)
+WINE, OLIVE, INDIGO = "#882255", "#999933", "#332288"
+PALETTE = (BLUE, VERMILLION, BLUISH_GREEN, ORANGE, REDDISH_PURPLE, SKY_BLUE, BLACK, GREY, WINE, OLIVE, INDIGO)
 
 # every registered policy (pollux.policies.registry.POLICIES) keeps its colour, whatever runs beside it
 POLICY_COLORS: dict[str, str] = {
@@ -28,6 +28,7 @@ POLICY_COLORS: dict[str, str] = {
     "tiresias-gittins": GREY,
     "astraea": WINE,
     "themis": OLIVE,
+    "shockwave": INDIGO,
 }
 
 

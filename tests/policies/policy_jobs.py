@@ -103,6 +103,7 @@ def rigid_baselines() -> dict[str, Callable[[], Policy]]:
     from pollux.policies.astraea import AstraeaPolicy
     from pollux.policies.fifo import FifoPolicy
     from pollux.policies.optimus import OptimusPolicy
+    from pollux.policies.shockwave import ShockwavePolicy
     from pollux.policies.themis import ThemisPolicy
     from pollux.policies.tiresias import TiresiasPolicy
 
@@ -115,6 +116,7 @@ def rigid_baselines() -> dict[str, Callable[[], Policy]]:
         "optimus": OptimusPolicy,
         "astraea": lambda: AstraeaPolicy(lease_s=180.0),
         "themis": lambda: ThemisPolicy(lease_s=180.0),
+        "shockwave": ShockwavePolicy,
     }
 
 

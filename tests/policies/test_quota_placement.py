@@ -31,7 +31,7 @@ def waiting_job(name: str, tenant: str, requested: int, cluster: Cluster) -> Job
     )
 
 
-@pytest.mark.parametrize("policy", ["fifo", "tiresias", "gavel"])
+@pytest.mark.parametrize("policy", ["fifo", "tiresias", "gavel", "shockwave"])
 @pytest.mark.parametrize("budget_type", ["aws", "rtx"])
 def test_a_waiting_fixed_size_job_starts_on_the_gpu_type_its_tenants_budget_holds(policy, budget_type):
     """Its tenant's budget lies on one type only. Placed on the other by the policy, enforcement would stop it every
