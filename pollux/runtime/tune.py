@@ -249,6 +249,10 @@ def run_experiment(spec: ExperimentSpec, state_dir: Path, console: Console) -> N
     resumed = path.is_dir()
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", EXPERIMENT_CHECKPOINT_S)
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # The instance is local and private to this run. With token authentication (Ray 2.60's default for a new local
+    # instance) Ray writes ~/.ray/auth_token, and from then on every `ray start` on the machine turns it on too,
+    # which the autoscaler's own processes do not follow (a Ray-backed `pollux up --autoscale` then hangs).
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     console.print(
         f"{'resuming' if resumed else 'starting'} experiment {spec.name} (Tune's state in {path})", soft_wrap=True
     )
