@@ -36,7 +36,7 @@ batch_size = {{ type = "choice", values = [16, 64] }}
 
 [asha]
 grace_period = 1
-reduction_factor = 3
+reduction_factor = 2
 
 [job]
 command = ["python", "{DIGITS}", "--epochs", "{EPOCHS}", "--lr", "{{lr}}", "--batch-size", "{{batch_size}}"]
