@@ -39,24 +39,29 @@ echo "== python: $("$PY" --version 2>&1), torch $("$PY" -c 'import torch; print(
     || "$PY" -m pip install --quiet --no-deps -e . >>"$work/install.log" 2>&1 \
     || echo "== pip install -e . failed (see $work/install.log); running from the checkout"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-missing() {  # the distributions among pyproject's dependencies (and the examples' extra) not installed
+missing() {  # pyproject's dependencies (and the examples' extra) not installed, or not at their pinned version
     "$PY" - <<'EOF'
 import importlib.metadata as md, re, tomllib
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
 wanted = project["dependencies"] + project["optional-dependencies"]["examples"]
 for requirement in wanted:
-    name = re.split(r"[<>=!~ \[;]", requirement, maxsplit=1)[0]
+    name, _, pin = requirement.partition("==")
+    name = re.split(r"[<>=!~ \[;]", name, maxsplit=1)[0]
     try:
-        md.version(name)
+        installed = md.version(name)
     except md.PackageNotFoundError:
+        installed = None
+    # the CLI uses typer's own module layout, so an older typer on the machine breaks it (seen on the H100 image)
+    if installed is None or (pin and installed != pin.strip()):
         print(requirement)
 EOF
 }
 need=$(missing)
 if [ -n "$need" ] && [ -d "$WHEELS" ]; then
-    # shellcheck disable=SC2086
-    "$PY" -m pip install --quiet --no-index --find-links "$WHEELS" $need >>"$work/install.log" 2>&1 \
-        || echo "== some wheels in $WHEELS did not install (see $work/install.log)"
+    for requirement in $need; do  # one at a time: a pin with no wheel there must not stop the others
+        "$PY" -m pip install --quiet --no-index --find-links "$WHEELS" "$requirement" >>"$work/install.log" 2>&1 \
+            || echo "== $requirement: no wheel in $WHEELS installed (see $work/install.log)"
+    done
     need=$(missing)
 fi
 need=$(echo $need)  # one line
