@@ -43,10 +43,10 @@ from scipy import sparse
 from scipy.optimize import linprog
 
 from pollux.cluster import Allocation, Cluster
-from pollux.policies.base import JobView, Policy, PolicyResult
+from pollux.policies.base import JobView, PolicyResult
 from pollux.policies.placement import take
 from pollux.policies.tuned_jobs import (
-    FittedStepTimeByType,
+    TunedJobsPolicy,
     TypedStepTime,
     TypeFit,
     chosen_batches,
@@ -140,25 +140,19 @@ def first_free(free: Sequence[int], nodes: Sequence[int], num_gpus: int) -> Allo
     return tuple(alloc)
 
 
-class GavelPolicy(Policy):
+class GavelPolicy(TunedJobsPolicy):
     """Heterogeneity-aware time sharing of rigid jobs: an LP for each job's share of each GPU type, then rounds."""
 
     name: ClassVar[str] = "gavel"
-    inputs: ClassVar[tuple[str, ...]] = ("step_time",)  # Sia's Gavel reads the true (profiled) step times
-    elastic_gpus: ClassVar[bool] = False
     round_s: ClassVar[int | None] = 360  # Gavel's round length in the Sia paper's comparison
 
     def __init__(self, step_time: TypedStepTime | None = None) -> None:
         """`step_time`: the step time of a job on a type (default: its fitted models, `FittedStepTimeByType`)."""
-        self._step_time: TypedStepTime = step_time if step_time is not None else FittedStepTimeByType()
+        super().__init__(step_time)
         # Every job's time on each type as counted after the last round it was in (the artifact's job_time), for
         # jobs that leave the views (finished, or not admitted this round by the quota layer), and its sum.
         self._time_after: dict[str, dict[str, float]] = {}
         self._total_after: dict[str, float] = {}
-
-    @property
-    def uses_throughput_model(self) -> bool:
-        return isinstance(self._step_time, FittedStepTimeByType)
 
     def optimize(self, jobs: Sequence[JobView], cluster: Cluster, now: float) -> PolicyResult:
         if not jobs:

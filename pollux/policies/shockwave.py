@@ -47,9 +47,9 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from pollux.cluster import Cluster
 from pollux.defaults import RESTART_DELAY_S, ROUND_INTERVAL_S
 from pollux.errors import SpecError
-from pollux.policies.base import JobView, Policy, PolicyResult
+from pollux.policies.base import JobView, PolicyResult
 from pollux.policies.tuned_jobs import (
-    FittedStepTimeByType,
+    TunedJobsPolicy,
     TypedStepTime,
     TypeFit,
     chosen_batches,
@@ -243,13 +243,11 @@ def first_round(window: Window, plan: Plan, rounds: int) -> dict[int, int]:
     return first
 
 
-class ShockwavePolicy(Policy):
+class ShockwavePolicy(TunedJobsPolicy):
     """Plans a window of rounds for the Nash social welfare of progress within finish-time bounds; rigid jobs."""
 
     name: ClassVar[str] = "shockwave"
     settings: ClassVar[tuple[str, ...]] = ("restart_delay_s",)
-    inputs: ClassVar[tuple[str, ...]] = ("step_time",)  # as Gavel: the simulator's true step times
-    elastic_gpus: ClassVar[bool] = False
     round_s: ClassVar[int | None] = ROUND_INTERVAL_S  # the Sia artifact's Shockwave interval; the window counts them
 
     def __init__(
@@ -265,15 +263,11 @@ class ShockwavePolicy(Policy):
             raise SpecError(f"shockwave window_rounds must be a whole number of rounds ≥ 1, got {window_rounds}")
         if not rhomax > 0:
             raise SpecError(f"shockwave rhomax must be a number > 0 (the finish-time bound), got {rhomax}")
-        self._step_time: TypedStepTime = step_time if step_time is not None else FittedStepTimeByType()
+        super().__init__(step_time)
         self.window_rounds = window_rounds
         self.rhomax = float(rhomax)
         self.restart_delay_s = float(restart_delay_s)
         self._finish: dict[str, _MeanFinish] = {}
-
-    @property
-    def uses_throughput_model(self) -> bool:
-        return isinstance(self._step_time, FittedStepTimeByType)
 
     def optimize(self, jobs: Sequence[JobView], cluster: Cluster, now: float) -> PolicyResult:
         if not jobs:

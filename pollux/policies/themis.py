@@ -44,9 +44,9 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from pollux.cluster import Cluster
 from pollux.defaults import RESTART_DELAY_S, THEMIS_FAIRNESS_KNOB
 from pollux.errors import SpecError
-from pollux.policies.base import JobView, Policy, PolicyResult
+from pollux.policies.base import JobView, PolicyResult
 from pollux.policies.tuned_jobs import (
-    FittedStepTimeByType,
+    TunedJobsPolicy,
     TypedStepTime,
     TypeFit,
     chosen_batches,
@@ -150,13 +150,11 @@ def auction(gain: np.ndarray, gpus: np.ndarray, free: np.ndarray) -> dict[int, i
     return dict(zip(rows[won].tolist(), cols[won].tolist(), strict=True))
 
 
-class ThemisPolicy(Policy):
+class ThemisPolicy(TunedJobsPolicy):
     """Finish-time fair auctions of the GPUs no lease holds, among the jobs furthest behind; rigid jobs."""
 
     name: ClassVar[str] = "themis"
     settings: ClassVar[tuple[str, ...]] = ("restart_delay_s", "fairness_knob")
-    inputs: ClassVar[tuple[str, ...]] = ("step_time",)  # as Gavel: the simulator's true step times
-    elastic_gpus: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -174,14 +172,10 @@ class ThemisPolicy(Policy):
             )
         if not lease_s > 0:
             raise SpecError(f"themis lease_s must be a number of seconds > 0, got {lease_s}")
-        self._step_time: TypedStepTime = step_time if step_time is not None else FittedStepTimeByType()
+        super().__init__(step_time)
         self.fairness_knob = float(fairness_knob)
         self.lease_s = float(lease_s)
         self.restart_delay_s = float(restart_delay_s)
-
-    @property
-    def uses_throughput_model(self) -> bool:
-        return isinstance(self._step_time, FittedStepTimeByType)
 
     def lease_left_s(self, job: JobView, now: float) -> float:
         """Seconds left of the lease on the GPUs the job holds: `lease_s` from when it got them; 0 once over (or

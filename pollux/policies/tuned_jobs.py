@@ -2,7 +2,8 @@
 several GPU types: how fast each job runs on each type, and where the jobs a peer chose go.
 
 Shared by Gavel (`pollux.policies.gavel`), Themis (`pollux.policies.themis`) and Shockwave
-(`pollux.policies.shockwave`), which differ only in how they choose who runs on which type:
+(`pollux.policies.shockwave`), subclasses of `TunedJobsPolicy`, which differ in how they choose who runs on which type
+(and Gavel also in where: the artifact's worker order):
 
 - **A job on a type (`type_fit`).** Its requested GPUs packed on as few nodes of the type as possible, at the per-GPU
   split of `fixed_batch_config`: where that type's memory (`JobView.bounds_on`) cannot hold ⌈batch / GPUs⌉ examples
@@ -22,13 +23,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 
 from pollux.cluster import Allocation, Cluster, free_gpus
 from pollux.goodput import BatchConfig, iteration_time
-from pollux.policies.base import JobView
+from pollux.policies.base import JobView, Policy
 from pollux.policies.placement import fixed_batch_config, kept_allocations, place_consolidated, place_most_free, take
 
 
@@ -177,3 +178,18 @@ def current_type(job: JobView, cluster: Cluster) -> str | None:
         return None
     types = {cluster.node_types[n] for n, g in enumerate(alloc) if g > 0}
     return next(iter(types)) if len(types) == 1 else None
+
+
+class TunedJobsPolicy(Policy):
+    """A peer that runs rigid jobs at the workload's GPUs and batch, timed by `step_time`: the simulator's true
+    (profiled) step times, as the Sia paper's peers read them, else each job's fitted models."""
+
+    inputs: ClassVar[tuple[str, ...]] = ("step_time",)
+    elastic_gpus: ClassVar[bool] = False
+
+    def __init__(self, step_time: TypedStepTime | None = None) -> None:
+        self._step_time: TypedStepTime = step_time if step_time is not None else FittedStepTimeByType()
+
+    @property
+    def uses_throughput_model(self) -> bool:
+        return isinstance(self._step_time, FittedStepTimeByType)
