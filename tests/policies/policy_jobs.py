@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from pollux.cluster import Allocation, Cluster
+from pollux.cluster import Allocation, Cluster, NodeGroup
 from pollux.engine import Decision
 from pollux.goodput import ThroughputParams
 from pollux.policies.base import JobView, Policy, PolicyResult
@@ -133,3 +133,49 @@ class Views:
 
     def apply(self, decisions: Sequence[Decision], now: float) -> None:
         self.applied.extend(decisions)
+
+
+# -- rigid jobs (TunedJobs) on clusters of several GPU types, for the peers' tests -------------------------------------
+SPEED = {"aws": 1.0, "rtx": 2.0, "dgx-ext": 5.0, "quad": 1.5}  # relative compute speed of each type
+
+
+def one_step_per_second(job, placement, local_bsz, accum_steps, gpu_type=None) -> float:
+    return 1.0
+
+
+def by_type(job, placement, local_bsz, accum_steps, gpu_type=None) -> float:
+    """Compute ∝ examples per GPU ÷ the type's speed, plus a synchronisation that grows with the nodes spanned."""
+    return (accum_steps + 1) * local_bsz * 1e-3 / SPEED[gpu_type or "aws"] + 0.02 * len(placement)
+
+
+def rigid(name: str, cluster: Cluster, gpus: int = 1, remaining: float = 3600.0, **fields) -> JobView:
+    """A waiting job of the workload's fixed GPUs and batch (TunedJobs), with `remaining` steps left."""
+    return replace(view(name, gpus=gpus, num_nodes=cluster.num_nodes, remaining=remaining), **fields)
+
+
+def random_typed_cluster(rng: np.random.Generator) -> Cluster:
+    kinds = [("aws", 4), ("rtx", 8), ("dgx-ext", 8), ("quad", 4)]
+    chosen = rng.choice(len(kinds), size=int(rng.integers(1, 4)), replace=False)
+    return Cluster.of_groups([NodeGroup(kinds[k][0], int(rng.integers(1, 4)), kinds[k][1]) for k in sorted(chosen)])
+
+
+def random_rigid_jobs(rng: np.random.Generator, cluster: Cluster, count: int) -> list[JobView]:
+    """Rigid jobs of random sizes, batches, work and arrivals; per-type memory limits, some restricted to a few
+    types (sometimes one the cluster lacks)."""
+    types = cluster.gpu_types
+    jobs = []
+    for i in range(count):
+        allowed = None if rng.random() < 0.6 else tuple(str(t) for t in rng.choice([*types, "azure"], size=2))
+        jobs.append(
+            rigid(
+                f"job-{i:02d}",
+                cluster,
+                gpus=int(rng.choice([1, 2, 4, 8, 16])),
+                remaining=float(rng.integers(100, 20000)),
+                batch_size=int(rng.choice([64, 256, 1024, 4096])),
+                gpu_types=allowed,
+                local_bsz_bounds_by_type={t: (16, int(rng.choice([64, 128, 512]))) for t in types},
+                submit_time_s=float(rng.integers(0, 1200)),
+            )
+        )
+    return jobs

@@ -10,11 +10,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from policy_jobs import view
+from policy_jobs import by_type, one_step_per_second, random_rigid_jobs, random_typed_cluster, rigid
 
 from pollux.cluster import Cluster, NodeGroup, validate_allocations
 from pollux.errors import SpecError
-from pollux.policies.base import JobView
 from pollux.policies.registry import make_policy
 from pollux.policies.shockwave import (
     DEFAULT_WINDOW_ROUNDS,
@@ -31,21 +30,6 @@ from pollux.sim.run import SimConfig, simulate
 from pollux.sim.workload import WorkloadJob
 
 ONE_GPU = Cluster(1, 1)
-SPEED = {"aws": 1.0, "rtx": 2.0, "dgx-ext": 5.0, "quad": 1.5}  # relative compute speed of each type
-
-
-def one_step_per_second(job, placement, local_bsz, accum_steps, gpu_type=None) -> float:
-    return 1.0
-
-
-def by_type(job, placement, local_bsz, accum_steps, gpu_type=None) -> float:
-    """Compute ∝ examples per GPU ÷ the type's speed, plus a synchronisation that grows with the nodes spanned."""
-    return (accum_steps + 1) * local_bsz * 1e-3 / SPEED[gpu_type or "aws"] + 0.02 * len(placement)
-
-
-def rigid(name: str, cluster: Cluster, gpus: int = 1, remaining: float = 3600.0, **fields) -> JobView:
-    """A waiting job of the workload's fixed GPUs and batch (TunedJobs), with `remaining` steps left."""
-    return replace(view(name, gpus=gpus, num_nodes=cluster.num_nodes, remaining=remaining), **fields)
 
 
 # -- building it --------------------------------------------------------------------------------------------------
@@ -186,40 +170,12 @@ def test_a_job_that_fits_no_type_waits_with_the_reason() -> None:
     assert result.reasons["huge"] == "waiting: fits no GPU type (aws: 4 GPUs, it needs 8)"
 
 
-def random_cluster(rng: np.random.Generator) -> Cluster:
-    kinds = [("aws", 4), ("rtx", 8), ("dgx-ext", 8), ("quad", 4)]
-    chosen = rng.choice(len(kinds), size=int(rng.integers(1, 4)), replace=False)
-    return Cluster.of_groups([NodeGroup(kinds[k][0], int(rng.integers(1, 4)), kinds[k][1]) for k in sorted(chosen)])
-
-
-def random_jobs(rng: np.random.Generator, cluster: Cluster, count: int) -> list[JobView]:
-    """Rigid jobs of random sizes, batches, work and arrivals; per-type memory limits, some restricted to a few
-    types (sometimes one the cluster lacks)."""
-    types = cluster.gpu_types
-    jobs = []
-    for i in range(count):
-        allowed = None if rng.random() < 0.6 else tuple(str(t) for t in rng.choice([*types, "azure"], size=2))
-        jobs.append(
-            rigid(
-                f"job-{i:02d}",
-                cluster,
-                gpus=int(rng.choice([1, 2, 4, 8, 16])),
-                remaining=float(rng.integers(100, 20000)),
-                batch_size=int(rng.choice([64, 256, 1024, 4096])),
-                gpu_types=allowed,
-                local_bsz_bounds_by_type={t: (16, int(rng.choice([64, 128, 512]))) for t in types},
-                submit_time_s=float(rng.integers(0, 1200)),
-            )
-        )
-    return jobs
-
-
 @pytest.mark.parametrize("seed", range(6))
 def test_allocations_are_valid_on_typed_clusters_round_after_round(seed: int) -> None:
     rng = np.random.default_rng(seed)
     policy = ShockwavePolicy(by_type)
-    cluster = random_cluster(rng)
-    state = {job.name: job for job in random_jobs(rng, cluster, int(rng.integers(1, 25)))}
+    cluster = random_typed_cluster(rng)
+    state = {job.name: job for job in random_rigid_jobs(rng, cluster, int(rng.integers(1, 25)))}
     for r in range(15):
         now = 60.0 * r
         views = [job for job in state.values() if job.submit_time_s <= now]
@@ -248,8 +204,8 @@ def test_allocations_are_valid_on_typed_clusters_round_after_round(seed: int) ->
 def test_the_same_rounds_give_the_same_decisions_in_any_order_of_the_views() -> None:
     rng = np.random.default_rng(3)
     for _ in range(6):
-        cluster = random_cluster(rng)
-        jobs = random_jobs(rng, cluster, int(rng.integers(2, 20)))
+        cluster = random_typed_cluster(rng)
+        jobs = random_rigid_jobs(rng, cluster, int(rng.integers(2, 20)))
         shuffled = [jobs[i] for i in rng.permutation(len(jobs))]
         first, second = ShockwavePolicy(by_type), ShockwavePolicy(by_type)
         for now in (1200.0, 1260.0):
