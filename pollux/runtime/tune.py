@@ -162,10 +162,13 @@ class TrialJobs(Callback):
         """A trial ends when its job completed, or when Tune stopped it (ASHA): then its job is still active."""
         reports = trial.last_result.get("training_iteration", 0)
         if self._cancel(trial):
-            self._say(
-                f"trial {trial.trial_id}: stopped early by Tune after {reports} report(s), its job cancelled "
-                f"{self._progress(trials, trial)}"
+            asha = self.spec.asha
+            why = (
+                f"reached ASHA's max_t ({reports} reports)"
+                if asha is not None and reports >= asha.max_t
+                else f"stopped early by Tune after {reports} report(s)"
             )
+            self._say(f"trial {trial.trial_id}: {why}, its job cancelled {self._progress(trials, trial)}")
         else:
             self._say(f"trial {trial.trial_id}: finished {self._progress(trials, trial)}")
 
@@ -231,6 +234,32 @@ def _tuner(spec: ExperimentSpec, state_dir: Path, path: Path) -> Any:
     )
 
 
+def _start_ray(ray: Any, spec: ExperimentSpec, console: Console) -> None:
+    """Start this run's private Ray. Ray gives its raylet 30 s to register, fixed, which a busy machine can miss:
+    then it tries once more before saying so in one line."""
+    for attempt in (1, 2):
+        try:
+            ray.init(
+                address="local",
+                num_cpus=spec.concurrency,
+                num_gpus=0,
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+            )
+            return
+        except Exception as error:  # Ray raises a bare Exception for it
+            if "timed out during startup" not in str(error):
+                raise
+            ray.shutdown()
+            if attempt == 2:
+                raise PolluxError(
+                    "pollux tune: Ray's local instance did not start within its 30 s, twice (is the machine "
+                    "overloaded?); run it again: the experiment resumes where it stopped"
+                ) from None
+            console.print("Ray's local instance did not start within its 30 s; trying once more")
+
+
 def run_experiment(spec: ExperimentSpec, state_dir: Path, console: Console) -> None:
     """Run (or resume) the experiment on a local Ray instance of its own, then print its result table."""
     try:
@@ -256,14 +285,7 @@ def run_experiment(spec: ExperimentSpec, state_dir: Path, console: Console) -> N
     console.print(
         f"{'resuming' if resumed else 'starting'} experiment {spec.name} (Tune's state in {path})", soft_wrap=True
     )
-    ray.init(
-        address="local",
-        num_cpus=spec.concurrency,
-        num_gpus=0,
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level=logging.WARNING,
-    )
+    _start_ray(ray, spec, console)
     try:
         results = _tuner(spec, state_dir, path).fit()
     finally:
