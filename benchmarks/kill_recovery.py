@@ -80,9 +80,11 @@ def wait_for(condition: Callable[[], object], timeout_s: float, what: str) -> No
 class KillScenario:
     """The scheduler, its three ledger jobs, and the kills; everything lives under `root`."""
 
-    def __init__(self, root: Path, interval_s: float, epochs: int, seed: int) -> None:
+    def __init__(
+        self, root: Path, interval_s: float, epochs: int, seed: int, step_s: float = 0.01, backoff_s: float = 1.0
+    ) -> None:
         self.root, self.state = root, root / "state"
-        self.interval_s, self.epochs = interval_s, epochs
+        self.interval_s, self.epochs, self.step_s, self.backoff_s = interval_s, epochs, step_s, backoff_s
         self.rng = np.random.default_rng(seed)
         self.scheduler: subprocess.Popen[bytes] | None = None
         self.kills: list[tuple[str, float]] = []  # (cause, time.time()) of every kill
@@ -96,7 +98,8 @@ class KillScenario:
         """Start `pollux up` and wait until it serves."""
         self.ups += 1
         log = (self.root / f"up-{self.ups}.log").open("w")
-        args = ["--slots", "6", "--policy", "fifo", "--interval", "2", "--backoff", "1", "--max-attempts", "10"]
+        args = ["--slots", "6", "--policy", "fifo", "--interval", "2", "--backoff", str(self.backoff_s)]
+        args += ["--max-attempts", "10"]
         args += ["--checkpoint-interval", str(self.interval_s), "--stop-grace", "30"]
         self.scheduler = subprocess.Popen(
             [sys.executable, "-m", "pollux", "up", "--state-dir", str(self.state), *args],
@@ -138,6 +141,7 @@ class KillScenario:
         for job, workers in WORKERS.items():
             spec = self.root / f"{job}.toml"
             command = ["python", str(LEDGER_JOB), "--out", str(self.out(job)), "--epochs", str(self.epochs)]
+            command += ["--step-s", str(self.step_s)]
             spec.write_text(
                 f'name = "{job}"\ncommand = {json.dumps(command)}\ninit_batch_size = 24\nadaptive = false\n'
                 f"gpus = {workers}\nmin_gpus = {workers}\nmax_gpus = {workers}\n"
@@ -239,10 +243,14 @@ def run_scenario(
     seed: int = 0,
     during_relaunch: float = 0.25,
     progress: Callable[[str], None] = lambda _: None,
+    step_s: float = 0.01,
+    backoff_s: float = 1.0,
 ) -> Outcome:
-    """The whole experiment under `root`; returns what every restart lost and how every job ended."""
+    """The whole experiment under `root`; returns what every restart lost and how every job ended. `step_s` is how
+    long a ledger job's step sleeps (its pace: the kills come at moments in seconds, so the training done in between
+    grows as 1/`step_s`), `backoff_s` the service's wait before retrying a crashed job (doubling)."""
     started = time.monotonic()
-    scenario = KillScenario(root, interval_s, epochs, seed)
+    scenario = KillScenario(root, interval_s, epochs, seed, step_s, backoff_s)
     scenario.up()
     try:
         scenario.submit_all()

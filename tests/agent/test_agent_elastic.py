@@ -41,15 +41,21 @@ def run_until(workdir, nprocs, env, stop_at_step):
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory):
     ref = tmp_path_factory.mktemp("uninterrupted")
-    assert run("elastic", ["--workdir", str(ref)], 1, ref) == [0], logs(ref)
-    job = tmp_path_factory.mktemp("elastic")
-    env = {"POLLUX_CHECKPOINT_DIR": str(job / "ckpt"), "POLLUX_REPORT_PATH": str(job / "report.json")}
-    codes = [run_until(job, 2, env, stop_at_step=8)]
-    stopped_at = [int((job / "progress.txt").read_text())]
-    codes.append(run_until(job, 1, env, stop_at_step=stopped_at[0] + 20))
-    stopped_at.append(int((job / "progress.txt").read_text()))
-    shutil.copytree(job / "ckpt", job / "ckpt-after-second-stop")
-    codes.append(wait(start("elastic", ["--workdir", str(job)], 3, env, job)))
+    # the reference shares nothing with the interrupted job (its own folder, port and no checkpoints): it trains
+    # meanwhile, on the CPU the interrupted job leaves idle while it sleeps between steps and waits for its SIGTERMs
+    reference = start("elastic", ["--workdir", str(ref)], 1, None, ref)
+    try:
+        job = tmp_path_factory.mktemp("elastic")
+        env = {"POLLUX_CHECKPOINT_DIR": str(job / "ckpt"), "POLLUX_REPORT_PATH": str(job / "report.json")}
+        codes = [run_until(job, 2, env, stop_at_step=8)]
+        stopped_at = [int((job / "progress.txt").read_text())]
+        codes.append(run_until(job, 1, env, stop_at_step=stopped_at[0] + 20))
+        stopped_at.append(int((job / "progress.txt").read_text()))
+        shutil.copytree(job / "ckpt", job / "ckpt-after-second-stop")
+        codes.append(wait(start("elastic", ["--workdir", str(job)], 3, env, job)))
+    finally:
+        reference_codes = wait(reference)
+    assert reference_codes == [0], logs(ref)
     return {"ref": ref, "job": job, "codes": codes, "stopped_at": stopped_at, "logs": logs(job)}
 
 
