@@ -54,7 +54,9 @@ LOCAL_BSZ_BY_STEP_MS = {20: 32, 10: 12}
 WARMUP_STEPS = 5
 
 # The agent's per-step path, by part: "module:Qualified.name" (timed exclusive of any other entry in this table).
-# "not agent" entries are the work plain DDP does too; they are timed only to be subtracted from their callers.
+# "not agent" entries are the work plain DDP does too; they are timed only to be subtracted from their callers (and
+# the optimizer's step and zero_grad, torch's wrappers around them included: with_agent times them on the instance).
+# The background part runs on rank 0's worker thread, beside the training thread, not in it.
 NOT_AGENT = "not agent"
 PARTS = {
     "pollux.agent.steps:StepTracker.begin_micro": "loader bookkeeping",
@@ -85,9 +87,9 @@ PARTS = {
     "pollux.agent.context:AgentContext.start_refit": "throughput refit",
     "pollux.agent.context:AgentContext.collect_refit": "throughput refit",
     "pollux.agent.context:AgentContext.write_report": "report writing",
+    "pollux.agent.context:fit_measured": "fits, report files (background)",
+    "pollux.agent.context:write_report": "fits, report files (background)",
     "torch.nn.parallel:DistributedDataParallel.forward": NOT_AGENT,
-    "torch.optim.sgd:SGD.step": NOT_AGENT,
-    "torch.optim.optimizer:Optimizer.zero_grad": NOT_AGENT,
     "torch.utils.data.dataloader:_BaseDataLoaderIter.__next__": NOT_AGENT,
 }
 
@@ -236,6 +238,9 @@ def with_agent(
         torch.manual_seed(0)
         net = small_cnn().to(device)
         optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+        if profile is not None:  # the optimizer's own methods, torch's wrappers around them included, are not the agent
+            optimizer.step = profile.timed(NOT_AGENT, optimizer.step)  # type: ignore[method-assign]
+            optimizer.zero_grad = profile.timed(NOT_AGENT, optimizer.zero_grad)  # type: ignore[method-assign]
         model = pa.AdaptiveDataParallel(net, optimizer, scaling_rule=pa.AdaScale(), device_ids=device_ids(device))
         loader = pa.AdaptiveDataLoader(setup.data, batch_size=setup.local_bsz * world_size, shuffle=True)
         if autoscale:
