@@ -54,7 +54,9 @@ LOCAL_BSZ_BY_STEP_MS = {20: 32, 10: 12}
 WARMUP_STEPS = 5
 
 # The agent's per-step path, by part: "module:Qualified.name" (timed exclusive of any other entry in this table).
-# "not agent" entries are the work plain DDP does too; they are timed only to be subtracted from their callers.
+# "not agent" entries are the work plain DDP does too; they are timed only to be subtracted from their callers (and
+# the optimizer's step and zero_grad, torch's wrappers around them included: with_agent times them on the instance).
+# The background part runs on rank 0's worker thread, beside the training thread, not in it.
 NOT_AGENT = "not agent"
 PARTS = {
     "pollux.agent.steps:StepTracker.begin_micro": "loader bookkeeping",
@@ -66,16 +68,18 @@ PARTS = {
     "pollux.agent.parallel:AdaptiveDataParallel._step": "LR scaling, step bookkeeping",
     "pollux.agent.scaling:AdaScale.lr_factor": "LR scaling, step bookkeeping",
     "pollux.agent.parallel:AdaptiveDataParallel._measure": "gradient norms",
-    "pollux.agent.gradients:GradientMeter.take_local_sqr": "gradient norms",
+    "pollux.agent.gradients:GradientMeter.take_local_norms": "gradient norms",
     "pollux.agent.gradients:GradientMeter.preconditioned_grads": "gradient norms",
-    "pollux.agent.gradients:GradientMeter.sqr_norm": "gradient norms",
+    "pollux.agent.gradients:GradientMeter.step_sqr_norms": "gradient norms",
     "pollux.agent.gradients:GradientMeter.consecutive_pair": "gradient norms",
-    "pollux.agent.gradients:GradientMeter.refresh_preconditioner": "gradient norms",
+    "pollux.agent.gradients:GradientMeter._weighted_squares": "gradient norms",
+    "pollux.agent.gradients:GradientMeter._refresh_preconditioner": "gradient norms",
     "pollux.agent.gns:NoiseScaleEstimator.update": "noise-scale update",
     "pollux.agent.gns:NoiseScaleEstimator.grad_stats": "noise-scale update",
     "pollux.agent.exchange:StatisticsExchange.add_step": "statistics all-reduce",
     "pollux.agent.exchange:StatisticsExchange._complete": "statistics all-reduce",
     "pollux.agent.exchange:StatisticsExchange._close_window": "statistics all-reduce",
+    "pollux.agent.exchange:StatisticsExchange._read_back": "statistics all-reduce",
     "pollux.agent.context:AgentContext.checkpoint_due": "checkpoint-due check",
     "pollux.agent.context:AgentContext._periodic_checkpoint_agreed": "checkpoint-due check",
     "pollux.agent.context:AgentContext.after_step": "after-step bookkeeping",
@@ -85,9 +89,9 @@ PARTS = {
     "pollux.agent.context:AgentContext.start_refit": "throughput refit",
     "pollux.agent.context:AgentContext.collect_refit": "throughput refit",
     "pollux.agent.context:AgentContext.write_report": "report writing",
+    "pollux.agent.context:fit_measured": "fits, report files (background)",
+    "pollux.agent.context:write_report": "fits, report files (background)",
     "torch.nn.parallel:DistributedDataParallel.forward": NOT_AGENT,
-    "torch.optim.sgd:SGD.step": NOT_AGENT,
-    "torch.optim.optimizer:Optimizer.zero_grad": NOT_AGENT,
     "torch.utils.data.dataloader:_BaseDataLoaderIter.__next__": NOT_AGENT,
 }
 
@@ -236,6 +240,9 @@ def with_agent(
         torch.manual_seed(0)
         net = small_cnn().to(device)
         optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+        if profile is not None:  # the optimizer's own methods, torch's wrappers around them included, are not the agent
+            optimizer.step = profile.timed(NOT_AGENT, optimizer.step)  # type: ignore[method-assign]
+            optimizer.zero_grad = profile.timed(NOT_AGENT, optimizer.zero_grad)  # type: ignore[method-assign]
         model = pa.AdaptiveDataParallel(net, optimizer, scaling_rule=pa.AdaScale(), device_ids=device_ids(device))
         loader = pa.AdaptiveDataLoader(setup.data, batch_size=setup.local_bsz * world_size, shuffle=True)
         if autoscale:

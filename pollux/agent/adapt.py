@@ -6,7 +6,10 @@ it on rank 0 with this fit and broadcasts the result, so every replica uses the 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
+
+from threadpoolctl import ThreadpoolController
 
 from pollux.goodput import BatchLimits, ThroughputLog, ThroughputParams, ThroughputSamples, fit_throughput
 from pollux.goodput.fit import NOISY_BSZ_SPREAD
@@ -20,8 +23,24 @@ def refit(log: ThroughputLog, previous: ThroughputParams | None = None) -> Throu
 
 
 def fit_measured(samples: ThroughputSamples, previous: ThroughputParams | None = None) -> ThroughputParams:
-    """`fit_throughput` on measured step times: noisy, so close batch sizes do not identify the per-example cost."""
-    return fit_throughput(samples, previous, NOISY_BSZ_SPREAD)
+    """`fit_throughput` on measured step times: noisy, so close batch sizes do not identify the per-example cost.
+
+    It runs with one BLAS thread. L-BFGS-B calls BLAS on 7-element vectors a hundred times per fit; a multi-threaded
+    OpenBLAS wakes its threads for each call and spins them between calls, so a fit that takes ~10 ms of one core
+    took ~70 ms of CPU, stolen from the training processes beside it (a third of the agent's cost on a 2-core host:
+    benchmarks/agent_overhead). The fit is the same to the bit. The limit is process-wide while a fit runs (numpy's
+    BLAS on the training thread is limited too, for those milliseconds)."""
+    with _blas_controller().limit(limits=1, user_api="blas"):
+        return fit_throughput(samples, previous, NOISY_BSZ_SPREAD)
+
+
+@functools.cache
+def _blas_controller() -> ThreadpoolController:
+    """The BLAS libraries of this process (inspecting them costs tens of milliseconds: once per process), found once
+    scipy.optimize, which the fit imports, has loaded its own."""
+    import scipy.optimize  # noqa: F401
+
+    return ThreadpoolController()
 
 
 # The batch may grow to at most this many times the most examples per replica the job has measured: the throughput

@@ -11,9 +11,11 @@ other per-step work together, so:
 - a window's all-reduce is launched asynchronously and waited for one step later, so its round trip hides behind
   that step's forward and backward pass.
 
-The squared norms stay tensors on the gradients' device until a window's values are read back, once per window:
-on a GPU, a read-back waits for every kernel queued before it, so one per step would keep the host from running
-ahead of the device. One process pools its windows the same way, without the all-reduce.
+The squared norms stay tensors on the gradients' device until a window's values are read back, once per window,
+one step after it closed. On a GPU a plain read-back (`.tolist()`) waits for every kernel queued before it, the next
+step's forward and backward included, so the host would lose its lead on the device once per window; the copy is made
+on a side stream instead, after only the window's own sums (and its all-reduce), into pinned memory. One process pools
+its windows the same way, without the all-reduce, and reads nothing back for a window in which nothing was measured.
 
 The price: a stop or checkpoint request takes effect up to `interval_steps` + 1 steps later, and the estimate lags as
 much. Every replica opens and closes windows at the same steps and waits in the same order, so collectives
@@ -31,15 +33,12 @@ import torch.distributed as dist
 from pollux.agent.gns import NoiseScaleEstimator
 
 
-def _add(total: torch.Tensor | None, value: torch.Tensor | None) -> torch.Tensor | None:
-    return value if total is None else total if value is None else total + value
-
-
 @dataclass
 class _Window:
-    """Steps of one batch configuration, summed: Σ|local micro-gradient|² of this replica and how many, and
-    Σ|big-batch gradient|² (the same on every replica) over the steps that were measured, and that big batch's size
-    (the step's batch; twice that where one gradient per step is paired with the previous step's)."""
+    """Steps of one batch configuration, summed: `sqr_sums` = [Σ|local micro-gradient|² of this replica, Σ|big-batch
+    gradient|² (the same on every replica)] over the steps that were measured, `local_count` how many micro-gradients
+    the first sum holds, and the big batch's size (the step's batch; twice that where one gradient per step is paired
+    with the previous step's)."""
 
     batch_size: int
     init_batch_size: int
@@ -47,9 +46,8 @@ class _Window:
     micro_steps: int
     steps: int = 0
     measured_steps: int = 0
-    local_sqr: torch.Tensor | None = None
+    sqr_sums: torch.Tensor | None = None
     local_count: float = 0.0
-    global_sqr: torch.Tensor | None = None
     big_batch_size: int = 0
 
     def same_configuration(self, batch_size: int, init_batch_size: int, num_examples: int, micro_steps: int) -> bool:
@@ -59,9 +57,11 @@ class _Window:
 
 @dataclass(frozen=True)
 class _InFlight:
-    # (Σ local |g_micro|², micro-gradient count, stop flag, checkpoint flag, Σ |G_big|² / replicas), all-reduced
+    # distributed: (Σ local |g_micro|², Σ |G_big|², micro-gradient count, stop flag, checkpoint flag), all-reduced;
+    # one process: the window's two sums
     values: torch.Tensor
     work: Any  # None for one process: nothing to wait for
+    ready: Any  # on a GPU: an event after the kernels that produced `values`
     window: _Window
 
 
@@ -87,6 +87,7 @@ class StatisticsExchange:
         self._checkpoint_agreed = False
         self._window: _Window | None = None
         self._in_flight: _InFlight | None = None
+        self._side_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
 
     def add_step(
         self,
@@ -96,11 +97,11 @@ class StatisticsExchange:
         init_batch_size: int,
         num_examples: int,
         micro_steps: int,
-        measured: tuple[torch.Tensor | None, float, torch.Tensor | None, int] | None,
+        measured: tuple[torch.Tensor, float, int] | None,
     ) -> None:
         """Record one optimizer step (every replica calls this at every step with the same configuration).
-        `measured`: (Σ local |g_micro|², how many micro-gradients, |G_big|², big batch size), or None where the step
-        was not measured."""
+        `measured`: ([Σ local |g_micro|², |G_big|²] as a float64 tensor of two, how many micro-gradients the first
+        sums, big batch size), or None where the step was not measured."""
         self._complete()  # the previous window's all-reduce, launched at least one step ago
         window = self._window
         if window is not None and not window.same_configuration(batch_size, init_batch_size, num_examples, micro_steps):
@@ -110,11 +111,10 @@ class StatisticsExchange:
             window = self._window = _Window(batch_size, init_batch_size, num_examples, micro_steps)
         window.steps += 1
         if measured is not None:
-            local_sqr, local_count, global_sqr, big_batch_size = measured
+            sqr_sums, local_count, big_batch_size = measured
             window.measured_steps += 1
-            window.local_sqr = _add(window.local_sqr, local_sqr)
+            window.sqr_sums = sqr_sums if window.sqr_sums is None else window.sqr_sums + sqr_sums
             window.local_count += local_count
-            window.global_sqr = _add(window.global_sqr, global_sqr)
             window.big_batch_size = big_batch_size
         if window.steps >= self.interval_steps:
             self._close_window(stop_requested, checkpoint_due)
@@ -140,29 +140,56 @@ class StatisticsExchange:
         if window is None:
             return
         self._complete()
-        zero = torch.zeros((), dtype=torch.float64, device=self.device)
-        replicas = dist.get_world_size() if self.distributed else 1
-        global_share = (zero if window.global_sqr is None else window.global_sqr) / replicas
-        scalars = torch.tensor(
-            [window.local_count, float(stop_requested), float(checkpoint_due)], dtype=torch.float64, device=self.device
-        )
-        local = zero if window.local_sqr is None else window.local_sqr
-        values = torch.cat([local.reshape(1), scalars, global_share.reshape(1)])
-        work = dist.all_reduce(values, async_op=True) if self.distributed else None
-        self._in_flight = _InFlight(values, work, window)
+        sums = window.sqr_sums
+        if self.distributed:
+            if sums is None:
+                sums = torch.zeros(2, dtype=torch.float64, device=self.device)
+            flags = torch.tensor(
+                [window.local_count, float(stop_requested), float(checkpoint_due)], dtype=torch.float64
+            )
+            values = torch.cat([sums, flags.to(self.device, non_blocking=True)])  # a host-to-device copy, no sync
+            work = dist.all_reduce(values, async_op=True)
+        elif sums is None:
+            return  # one process, nothing measured: nothing to learn from this window
+        else:
+            values, work = sums, None
+        ready = None
+        if self._side_stream is not None:
+            ready = torch.cuda.Event()
+            ready.record()
+        self._in_flight = _InFlight(values, work, ready, window)
+
+    def _read_back(self, in_flight: _InFlight) -> list[float]:
+        """The window's values on the host, waiting for its all-reduce and the kernels that produced them only."""
+        side = self._side_stream
+        if side is None:
+            if in_flight.work is not None:
+                in_flight.work.wait()
+            return in_flight.values.tolist()
+        with torch.cuda.stream(side):
+            side.wait_event(in_flight.ready)
+            if in_flight.work is not None:
+                in_flight.work.wait()  # the side stream waits for the all-reduce
+            host = torch.empty(in_flight.values.shape, dtype=in_flight.values.dtype, pin_memory=True)
+            host.copy_(in_flight.values, non_blocking=True)
+        side.synchronize()
+        return host.tolist()
 
     def _complete(self) -> None:
         in_flight, self._in_flight = self._in_flight, None
         if in_flight is None:
             return
-        if in_flight.work is not None:
-            in_flight.work.wait()
-        local_sqr, count, stop, checkpoint, global_sqr = in_flight.values.tolist()  # the window's one read-back
-        if stop > 0:
-            self.stop_agreed = True
-        if checkpoint > 0:
-            self._checkpoint_agreed = True
         window = in_flight.window
+        if self.distributed:
+            local_sqr, global_sqr, count, stop, checkpoint = self._read_back(in_flight)  # the window's one read-back
+            global_sqr /= dist.get_world_size()  # every replica added the same |G_big|²
+            if stop > 0:
+                self.stop_agreed = True
+            if checkpoint > 0:
+                self._checkpoint_agreed = True
+        else:
+            local_sqr, global_sqr = self._read_back(in_flight)
+            count = window.local_count
         if window.measured_steps == 0 or count < 2:
             return
         # count = measured steps × replicas × micro-gradients: the small batch is the big one over that many

@@ -97,7 +97,7 @@ class AdaptiveDataParallel(DistributedDataParallel):
             if lr_scheduler is not None and restored.get("lr_scheduler") is not None:
                 lr_scheduler.load_state_dict(restored["lr_scheduler"])
             self.noise.load_state_dict(restored["noise"])
-            self._meter.refresh_preconditioner()
+            self._meter.optimizer_stepped()
         agent.attach_model(self)
 
     # -- what the user sees -----------------------------------------------------------------------------------
@@ -175,9 +175,10 @@ class AdaptiveDataParallel(DistributedDataParallel):
         micro = None if agent is None else agent.tracker.micro
         if agent is not None and micro is not None and torch.is_grad_enabled():
             tracker = agent.tracker
-            self.require_backward_grad_sync = micro.ends_step
+            if self.require_backward_grad_sync != micro.ends_step:  # nn.Module's __setattr__ is slow: only changes
+                self.require_backward_grad_sync = micro.ends_step
             tracker.forward_seen = True
-            self._meter.collecting = tracker.multi_gradient and self._meter.ready and self._measures(agent.steps)
+            self._meter.collecting = tracker.multi_gradient and self._measures(agent.steps) and self._meter.ready
         else:  # outside the training loop: plain DDP (a user's own no_sync() is left alone)
             self._meter.collecting = False
         return super().forward(*inputs, **kwargs)
@@ -214,9 +215,8 @@ class AdaptiveDataParallel(DistributedDataParallel):
         if not micro.ends_step or tracker.stepped:
             return None
         micro_steps = micro.micro_index + 1
-        grads = [p.grad for p in self._meter.params if p.grad is not None]
-        if micro_steps > 1:
-            torch._foreach_div_(grads, micro_steps)  # accumulated sum -> mean over the step's micro-batches
+        if micro_steps > 1:  # accumulated sum -> mean over the step's micro-batches
+            torch._foreach_div_([p.grad for p in self._meter.params if p.grad is not None], micro_steps)
         batch_size = tracker.step_examples
         init_batch_size = tracker.init_batch_size
         self._measure(agent, micro_steps, batch_size, init_batch_size, tracker.num_examples, tracker.step_full)
@@ -238,7 +238,7 @@ class AdaptiveDataParallel(DistributedDataParallel):
         agent.m0_steps += self._progress_gain.lr_factor(batch_size, init_batch_size, stats)
         agent.steps += 1
         agent.examples += batch_size
-        self._meter.refresh_preconditioner()
+        self._meter.optimizer_stepped()
         tracker.stepped = True
         tracker.optimizer_steps += 1
         return result
@@ -259,19 +259,20 @@ class AdaptiveDataParallel(DistributedDataParallel):
         averaged gradient is bitwise the same everywhere (DDP relies on that too), so LR factors never drift apart.
         """
         meter = self._meter
-        local_sqr = meter.take_local_sqr()
+        local_norms = meter.take_local_norms()
         # a sampled step, not a partial one, nor one while Adam's denominators still settle
-        measure = full and meter.ready and self._measures(agent.steps)
+        measure = full and self._measures(agent.steps) and meter.ready
         pre = meter.preconditioned_grads() if measure else []
-        global_sqr = meter.sqr_norm(pre) if measure else None
-        measured = (local_sqr, float(micro_steps), global_sqr, batch_size) if measure else None
+        measured = None
+        if pre and (agent.distributed or micro_steps > 1):
+            measured = (meter.step_sqr_norms(local_norms, pre), float(micro_steps), batch_size)
+        elif pre:  # one gradient per step: pair it with the previous
+            pair = meter.consecutive_pair(pre, batch_size)
+            measured = None if pair is None else (pair, 2.0, 2 * batch_size)
         if not agent.distributed:
             agent.stop_agreed = agent.stop_agreed or agent.stop_requested_locally
-            if measured is None:
+            if not pre:
                 meter.forget_previous()
-            elif micro_steps < 2 and global_sqr is not None:  # one gradient per step: pair it with the previous
-                pair = meter.consecutive_pair(pre, global_sqr, batch_size)
-                measured = None if pair is None else (pair[0], 2.0, pair[1], 2 * batch_size)
             self._exchange.add_step(False, False, batch_size, init_batch_size, num_examples, micro_steps, measured)
             return
         stop, due = agent.stop_requested_locally, agent.checkpoint_due()
