@@ -19,11 +19,11 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import numpy as np
 import torch
@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from pollux.agent.parallel import AdaptiveDataParallel
 
 LOG = logging.getLogger("pollux.agent")
+T = TypeVar("T")
 
 CHECKPOINT_FORMAT = 1
 REPORT_INTERVAL_S = 2.0  # a running job rewrites its report at most this often (the scheduler polls far less)
@@ -259,6 +260,7 @@ class AgentContext:
         self._background: ThreadPoolExecutor | None = None  # rank 0: fits and report writes, off the training thread
         self._fit: tuple[str, Future[ThroughputParams]] | None = None  # (GPU type, the fit in flight)
         self._report_write: Future[Any] | None = None
+        self._background_in_step = False  # rank 0: background work ran during the current step (see after_step)
         self._checkpointed_at: float | None = None  # of the last save, or of the first step (start-up is not work)
         self._reported_at = -float("inf")
 
@@ -397,7 +399,7 @@ class AgentContext:
         samples = self.throughput_log.samples()
         if samples is None:
             return
-        self._fit = (self.type_key, self._worker().submit(fit_measured, samples, self.throughput_params))
+        self._fit = (self.type_key, self._submit(fit_measured, samples, self.throughput_params))
         self._fitted_at = now
 
     def collect_refit(self, wait: bool = True) -> None:
@@ -413,10 +415,24 @@ class AgentContext:
         except ValueError as exc:
             LOG.warning("throughput fit failed (%s); keeping the previous fit", exc)
 
-    def _worker(self) -> ThreadPoolExecutor:
+    def _submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
         if self._background is None:
             self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pollux-agent")
-        return self._background
+        self._background_in_step = True
+        return self._background.submit(fn, *args)
+
+    def _background_running(self) -> bool:
+        return any(f is not None and not f.done() for f in (self._fit and self._fit[1], self._report_write))
+
+    def _step_was_undisturbed(self) -> bool:
+        """Rank 0: whether no fit or report write ran during the step that just ended, and restart the check for
+        the next one. Background work competes with training for the GIL and the CPU (a fit from scratch slowed
+        5 steps of 10 ms by 3-34 ms each on 2 cores), so the steps it overlaps would bias the throughput profile
+        it fits. Work is only submitted at step boundaries, so: running now, or submitted since the last one."""
+        running = self._background_running()
+        undisturbed = not (running or self._background_in_step)
+        self._background_in_step = running
+        return undisturbed
 
     def decide_batch(self, loader: AdaptiveDataLoader) -> bool:
         """Collective: rank 0 picks (m, s) for the current allocation from its latest fit, everyone adopts it.
@@ -454,15 +470,10 @@ class AgentContext:
             return False  # no optimizer step (an evaluation loop): nothing to measure or decide
         if self._checkpointed_at is None:
             self._checkpointed_at = time.monotonic()  # the periodic clock starts with training, not with start-up
-        if timing.full and not warm:
-            self.throughput_log.record(
-                self.num_nodes,
-                self.world_size,
-                loader.current_local_bsz,
-                timing.micro_steps - 1,
-                timing.compute_s,
-                timing.step_s,
-            )
+        config = (self.num_nodes, self.world_size, loader.current_local_bsz, timing.micro_steps - 1)
+        undisturbed = self.rank != 0 or self._step_was_undisturbed()
+        if timing.full and not warm and (undisturbed or config not in self.throughput_log):
+            self.throughput_log.record(*config, timing.compute_s, timing.step_s)
         mid_epoch = loader.position < len(loader.dataset)  # at the end, finish_epoch stops or saves
         if self.stop_agreed and mid_epoch:
             self.checkpoint_and_exit()
@@ -679,7 +690,7 @@ class AgentContext:
             if previous is None or previous.done():
                 if previous is not None:
                     previous.result()  # a failed write raises here, as it would have in the loop
-                self._report_write = self._worker().submit(write_report, self.report_path, report)
+                self._report_write = self._submit(write_report, self.report_path, report)
             return
         if previous is not None:
             self._report_write = None
