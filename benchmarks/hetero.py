@@ -4,7 +4,9 @@ Each policy runs on every workload of a trace (`philly` 1–8, `saturn` = Helios
 cluster (6 × 4 T4 + 3 × 8 RTX 2080Ti + 2 × 8 A100, 64 GPUs), with the Sia artifact's job models, calibration and
 restore delays. Metrics as Sia publishes them: average JCT pooled over all jobs of the trace (± the spread of the
 per-workload means), p99 of the pooled JCTs, makespan per workload averaged, GPU-hours per job, contention
-(running + queued jobs per round: the mean of per-workload means, and the max). Published rows are Table 3's:
+(running + queued jobs per round: the mean of per-workload means, and the max), and finish-time fairness by Sia's
+Equation 3 (`Sia ρ`: the worst over the trace's workloads / the share of jobs above 1, the mean of per-workload
+shares). Published rows are Table 3's:
 `pollux` beside Sia, `pollux-unaware` beside the paper's Pollux, `gavel` beside Gavel+TunedJobs. On a whole
 trace, two rows follow `pollux`'s: Sia's own code rerun on the same workloads (`SIA_RERUN`) beside Table 3, and
 `pollux` beside that rerun, then a line comparing the two workload by workload. On Helios, a line puts `gavel` beside
@@ -123,6 +125,8 @@ class Run:
     gpu_hours_per_job: float
     contention_mean: float
     contention_max: float
+    sia_worst_fairness: float  # the largest ρ by Sia's Equation 3
+    sia_unfair_share: float  # the share of jobs with that ρ > 1
     wall_s: float
     round_s: float  # median wall time of one policy round
     by_application: dict[str, AppTotals]
@@ -158,6 +162,8 @@ def run_one(policy_name: str, workload: str, settings: tuple[tuple[str, float | 
         s["gpu_hours_per_job"],
         s["contention_mean"],
         s["contention_max"],
+        s["sia_worst_fairness"],
+        s["sia_unfair_share"],
         time.perf_counter() - start,
         float(np.median(rounds)) if rounds else 0.0,
         by_application,
@@ -310,8 +316,9 @@ def main() -> None:
             outcomes = pool.map(run_one, *zip(*tasks, strict=True), [settings] * len(tasks))
             runs = dict(zip(tasks, outcomes, strict=True))
             table = Table(title=f"{trace}: {count} workloads on sia-heterogeneous, ours / published (Table 3)")
-            for column in ("policy", "avg JCT h", "± h", "p99 h", "makespan h", "GPU-h/job", "contention", "round ms"):
+            for column in ("policy", "avg JCT h", "± h", "p99 h", "makespan h", "GPU-h/job", "contention", "Sia ρ"):
                 table.add_column(column, justify="left" if column == "policy" else "right")
+            table.add_column("round ms", justify="right")
             for policy in policies:
                 mine = [runs[policy, w] for w in workloads]
                 pooled = np.concatenate([r.jcts_s for r in mine]) / HOUR
@@ -327,8 +334,10 @@ def main() -> None:
                 label = policy if published is None else f"{policy} (vs {published.policy})"
                 mean_contention = np.mean([r.contention_mean for r in mine])
                 contention = f"{mean_contention:.1f} / {max(r.contention_max for r in mine):.0f}"
+                unfair = np.mean([r.sia_unfair_share for r in mine])
+                fairness = f"{max(r.sia_worst_fairness for r in mine):.2f} / {unfair:.1%}"
                 round_ms = f"{np.median([r.round_s for r in mine]) * 1000:.0f}"
-                table.add_row(label, cells[0], f"{np.std(means):.2f}", *cells[1:], contention, round_ms)
+                table.add_row(label, cells[0], f"{np.std(means):.2f}", *cells[1:], contention, fairness, round_ms)
                 if policy == "pollux" and count == TRACES[trace]:
                     rerun, sia = SIA_RERUN[trace], TABLE_3[trace, "pollux"]
                     for name, row in (

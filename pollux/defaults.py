@@ -6,6 +6,10 @@ from __future__ import annotations
 # δ of Pollux's re-allocation factor (§4.2), and what a simulated restart costs a job without a measured restore
 # delay of its own: the Pollux artifact's 30 s.
 RESTART_DELAY_S = 30
+# The Pollux policy's shortest-remaining-first exponent a: a job's term of the power mean weighs (its remaining time
+# / the round's median)^(−a) where remaining work is weighed (`pollux.policies.remaining`); measured on Sia's
+# Philly and Helios workloads (docs/design.md, "Remaining work").
+SRPT_EXPONENT = 2.0
 # Seconds between scheduling rounds when nothing else happens (the artifact's 60 s).
 ROUND_INTERVAL_S = 60
 # Seconds a job started or moved trains, after its restore delay, before it may be moved again (`pollux.lease`): the

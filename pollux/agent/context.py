@@ -151,6 +151,7 @@ def remaining_epochs_until(epochs: int) -> Iterator[int]:
     and exits 143."""
     agent = current_agent()
     agent.restore_rng_once()
+    agent.declared_epochs = epochs
     while agent.epoch < epochs:
         yield agent.epoch
         agent.finish_epoch()
@@ -235,6 +236,7 @@ class AgentContext:
         if bootstrap:
             self.params_by_type[self.type_key] = _params_from_env(bootstrap)
         self.epoch = 0
+        self.declared_epochs: int | None = None  # what the training loop declares (`remaining_epochs_until`)
         self.steps = 0  # optimizer steps over the whole job, across restarts
         self.examples = 0  # examples trained over the whole job
         self.m0_steps = 0.0  # statistical progress: Σ AdaScale gain per step
@@ -652,6 +654,7 @@ class AgentContext:
                 steps=self.steps,
                 examples=self.examples,
                 m0_steps=self.m0_steps,
+                epochs=self.declared_epochs,
             ),
             max_replicas_seen=max(max((log.max_replicas for log in self.throughput_logs.values()), default=0), k),
             throughput_configs=sum(len(log) for log in self.throughput_logs.values()),

@@ -145,7 +145,10 @@ class BatchInUse:
 @dataclass(frozen=True, config=CONFIG)
 class Progress:
     """How far the job is: examples consumed in the current epoch, optimizer steps and examples over the whole job,
-    and statistical progress in M0-steps (Σ of the AdaScale gain per step; Pollux §3.1)."""
+    and statistical progress in M0-steps (Σ of the AdaScale gain per step; Pollux §3.1). `epochs`: the epochs its
+    training loop declares (`remaining_epochs_until`), None where it declares none (added after version 2 was
+    fixed, so readers treat a missing one as None); with it the scheduler estimates the work left
+    (`pollux.policies.facts.remaining_m0_steps`)."""
 
     epoch: Count
     epoch_examples: Count
@@ -153,6 +156,12 @@ class Progress:
     steps: Count
     examples: Count
     m0_steps: NonNegative
+    epochs: PositiveInt | None = None
+
+    @property
+    def epochs_done(self) -> float:
+        """Epochs trained, the current one's share included."""
+        return self.epoch + (self.epoch_examples / self.epoch_size if self.epoch_size else 0.0)
 
 
 @dataclass(frozen=True, config=CONFIG)

@@ -66,6 +66,9 @@ class JobView:
     # type it may use, a pipeline of k GPUs on one node; its batch bounds, throughput model and `max_gpus // k` count
     # replicas, not GPUs. Empty: one GPU per replica on every type (a data-parallel job).
     gpus_per_replica_by_type: Mapping[str, int] = field(default_factory=dict)
+    # Statistical progress (M0-steps) it has left, estimated from the epochs its training loop declares and what
+    # those done took (`pollux.policies.facts.remaining_m0_steps`); None where it is not known.
+    remaining_m0_steps: float | None = None
 
     @property
     def adaptive(self) -> bool:

@@ -49,6 +49,11 @@ class JobFacts:
     allocated_at_s: float | None = None  # when its current allocation began (its last start or move)
     tenant: str = DEFAULT_TENANT
     gpus_per_replica_by_type: Mapping[str, int] = field(default_factory=dict)  # a pipelined job's k per type
+    # How far along it is, as its agent reports it: statistical progress (M0-steps), epochs done (fractional), and
+    # the epochs its training loop declares (None: none declared).
+    m0_steps: float = 0.0
+    epochs_done: float = 0.0
+    epochs: int | None = None
 
 
 def gpu_bound(
@@ -74,9 +79,18 @@ def gpu_bound(
     return max(bound, min_gpus, 1)
 
 
+def remaining_m0_steps(m0_steps: float, epochs_done: float, epochs: int | None) -> float | None:
+    """The statistical progress (M0-steps) a job has left: what its epochs so far took, per epoch, times the epochs
+    it has left of those its loop declares. None before its first progress or where it declares no epochs."""
+    if epochs is None or epochs_done <= 0 or m0_steps <= 0:
+        return None
+    return m0_steps / epochs_done * max(epochs - epochs_done, 0.0)
+
+
 def job_view(facts: JobFacts) -> JobView:
     """The policy's view of a job: its facts, with its GPU bound (a pipelined job's bound is in replicas, from
-    replicas run and its per-replica batch: shown as GPUs of its largest replica, `JobView.max_gpus_on`)."""
+    replicas run and its per-replica batch: shown as GPUs of its largest replica, `JobView.max_gpus_on`) and the
+    work it has left (`remaining_m0_steps`)."""
     bound = max(facts.gpus_per_replica_by_type.values(), default=1) * gpu_bound(
         facts.batch_size,
         facts.batch_by_policy,
@@ -86,5 +100,7 @@ def job_view(facts: JobFacts) -> JobView:
         facts.gpu_cap,
         facts.min_gpus,
     )
-    shown = {f.name: getattr(facts, f.name) for f in fields(JobView) if f.name != "max_gpus"}
-    return JobView(**shown, max_gpus=bound)
+    derived = ("max_gpus", "remaining_m0_steps")
+    shown = {f.name: getattr(facts, f.name) for f in fields(JobView) if f.name not in derived}
+    left = remaining_m0_steps(facts.m0_steps, facts.epochs_done, facts.epochs)
+    return JobView(**shown, max_gpus=bound, remaining_m0_steps=left)

@@ -59,9 +59,10 @@ from typing import ClassVar
 import numpy as np
 
 from pollux.cluster import Allocation, Cluster, num_gpus
-from pollux.defaults import RESTART_DELAY_S
+from pollux.defaults import RESTART_DELAY_S, SRPT_EXPONENT
 from pollux.policies.base import BatchOwner, JobView, Policy, PolicyResult
 from pollux.policies.polish import Polisher
+from pollux.policies.remaining import finish_factor, remaining_time_s, srpt_weights
 from pollux.policies.replicas import lay_out_replicas, only_whole_replicas
 from pollux.policies.search_state import (
     Layout,
@@ -73,7 +74,8 @@ from pollux.policies.search_state import (
     sparse_row,
     tenant_budget,
 )
-from pollux.policies.speedup import speedup_table
+from pollux.policies.speedup import speedup_table as speedup_table  # re-exported: its callers found it here
+from pollux.policies.speedup import speedups_and_base
 from pollux.policies.typed_search import optimize_typed
 
 EPSILON = 1e-3
@@ -97,7 +99,14 @@ class PolluxPolicy(Policy):
     batch_owner: ClassVar[BatchOwner] = "job"
     tenant_aware: ClassVar[bool] = True
     whole_replicas: ClassVar[bool] = True
-    settings: ClassVar[tuple[str, ...]] = ("p", "restart_delay_s", "avoid_interference", "discount_starts")
+    settings: ClassVar[tuple[str, ...]] = (
+        "p",
+        "restart_delay_s",
+        "avoid_interference",
+        "discount_starts",
+        "remaining_work",
+        "srpt",
+    )
 
     def __init__(
         self,
@@ -105,14 +114,20 @@ class PolluxPolicy(Policy):
         restart_delay_s: float = float(RESTART_DELAY_S),
         avoid_interference: bool = True,
         discount_starts: bool = True,
+        remaining_work: bool | None = None,
+        srpt: float = SRPT_EXPONENT,
     ) -> None:
         """`p`: power-mean exponent (−1 fair, 1 throughput); `restart_delay_s`: δ of the re-allocation factor;
         `avoid_interference`: never place two distributed jobs on one node; `discount_starts`: apply the
-        re-allocation factor to starting a job that holds no GPUs too, as the artifact does (module docstring)."""
+        re-allocation factor to starting a job that holds no GPUs too, as the artifact does (module docstring);
+        `remaining_work`: weigh each job's remaining work, with the shortest-remaining-first exponent `srpt`
+        (`pollux.policies.remaining`; False: the paper's Pollux; None: on clusters of several GPU types only)."""
         self.p = float(p)
         self.restart_delay_s = float(restart_delay_s)
         self.avoid_interference = avoid_interference
         self.discount_starts = discount_starts
+        self.remaining_work = remaining_work
+        self.srpt = float(srpt)
 
     @property
     def avoids_sharing(self) -> bool:
@@ -133,17 +148,47 @@ class PolluxPolicy(Policy):
             return math.exp(mean)
         return (mean * np.sign(self.p)) ** (1.0 / self.p)
 
+    def restart_delay(self, job: JobView) -> float:
+        """δ: the job's own restart cost where its view has one (Sia's per-model checkpoint-restore delays), else
+        the policy's."""
+        return self.restart_delay_s if job.restart_delay_s is None else job.restart_delay_s
+
     def realloc_factor(self, job: JobView, now: float) -> float:
         """What a change of allocation leaves of the job's speedup: (T − R·δ)/(T + δ), or 1 for starting a job that
-        holds no GPUs when starts are not discounted. δ is the job's own restart cost where its view has one (Sia's
-        per-model checkpoint-restore delays), else the policy's."""
+        holds no GPUs when starts are not discounted."""
         if not self.discount_starts and sum(job.allocation) == 0:
             return 1.0
         age = job.age_s(now)
-        delay = self.restart_delay_s if job.restart_delay_s is None else job.restart_delay_s
+        delay = self.restart_delay(job)
         if age + delay <= 0:
             return 1.0  # no restart cost and no age: nothing to weigh
         return max(age - job.num_restarts * delay, 0.0) / (age + delay)
+
+    def uses_remaining_work(self, cluster: Cluster) -> bool:
+        """Whether this round weighs the jobs' remaining work: `remaining_work`, or where it is None (the default),
+        on a cluster of several GPU types only (docs/design.md, "Remaining work")."""
+        return cluster.heterogeneous if self.remaining_work is None else self.remaining_work
+
+    def remaining_terms(
+        self, jobs: Sequence[JobView], cluster: Cluster, base_goodputs: Sequence[float]
+    ) -> tuple[np.ndarray, list[float | None]]:
+        """Per job, the weight of its power-mean term and its remaining time on its fair share (None: unknown, or
+        remaining work not weighed), from its goodput there (`pollux.policies.remaining`)."""
+        if not self.uses_remaining_work(cluster):
+            return np.ones(len(jobs)), [None] * len(jobs)
+        remaining = [remaining_time_s(job, base) for job, base in zip(jobs, base_goodputs, strict=True)]
+        return srpt_weights(remaining, self.srpt), remaining
+
+    def change_factor(
+        self, job: JobView, now: float, speedups: np.ndarray, remaining_s: float | None
+    ) -> np.ndarray | float:
+        """What changing to each allocation leaves of the job's speedup there (`speedups`, unscaled): the
+        re-allocation factor, times what the restart leaves of the time it has left there (`finish_factor`) where
+        that is known and a start is discounted."""
+        factor = self.realloc_factor(job, now)
+        if remaining_s is None or (not self.discount_starts and sum(job.allocation) == 0):
+            return factor
+        return factor * finish_factor(speedups, remaining_s, self.restart_delay(job))
 
     def value_table(
         self, jobs: Sequence[JobView], cluster: Cluster, now: float, budget: TenantBudget | None = None
@@ -155,26 +200,33 @@ class PolluxPolicy(Policy):
         current = [sparse_row(job.allocation) for job in jobs]
         tables, keep = [], []
         gpu_type = cluster.gpu_types[0]
-        for job, row in zip(jobs, current, strict=True):
-            top = max(0, min(job.max_gpus_on(gpu_type), cluster.num_gpus))
-            k = job.gpus_per_replica(gpu_type)
-            values, kept = self.job_values(
-                job, scale * speedup_table(job, fair, top, k), self.realloc_factor(job, now), row
-            )
-            tables.append(only_whole_replicas(values, k))
+        tops = [max(0, min(job.max_gpus_on(gpu_type), cluster.num_gpus)) for job in jobs]
+        speedups_bases = [
+            speedups_and_base(job, fair, top, job.gpus_per_replica(gpu_type))
+            for job, top in zip(jobs, tops, strict=True)
+        ]
+        weights, remaining = self.remaining_terms(jobs, cluster, [base for _, base in speedups_bases])
+        for j, (job, row) in enumerate(zip(jobs, current, strict=True)):
+            speedups = speedups_bases[j][0]
+            factor = self.change_factor(job, now, speedups, remaining[j])
+            values, kept = self.job_values(job, scale * speedups, factor, row, float(weights[j]))
+            tables.append(only_whole_replicas(values, job.gpus_per_replica(gpu_type)))
             keep.append(kept)
         return ValueTable(tables, keep, current, [job.allocation for job in jobs], cluster, budget)
 
-    def job_values(self, job: JobView, speedups: np.ndarray, factor: float, row: Row) -> tuple[np.ndarray, float]:
+    def job_values(
+        self, job: JobView, speedups: np.ndarray, factor: np.ndarray | float, row: Row, weight: float = 1.0
+    ) -> tuple[np.ndarray, float]:
         """One job's row of a value table from its (scaled) speedups on K = 0…top GPUs: the power mean's terms with
-        the re-allocation `factor` applied, none below its minimum GPUs; and the value of keeping `row`, its
-        current allocation (-inf when it holds nothing or more than `top`)."""
-        values = self.utility(speedups * factor)
+        the re-allocation `factor` applied (one, or one per entry), times the job's `weight`, none below its
+        minimum GPUs; and the value of keeping `row`, its current allocation (-inf when it holds nothing or more
+        than `top`)."""
+        values = weight * self.utility(speedups * factor)
         top = speedups.shape[1] - 1
         if job.min_gpus > 0:
             values[:, 1 : min(job.min_gpus, top + 1)] = -np.inf
         gpus = sum(row.values())
-        keep = float(self.utility(speedups[int(len(row) > 1), gpus])) if 0 < gpus <= top else -np.inf
+        keep = weight * float(self.utility(speedups[int(len(row) > 1), gpus])) if 0 < gpus <= top else -np.inf
         return values, keep
 
     def evaluate(self, values: ValueTable, states: np.ndarray) -> np.ndarray:

@@ -112,6 +112,7 @@ class PolluxUnawarePolicy(PolluxPolicy):
     gpu_type_aware: ClassVar[bool] = False
     tenant_aware: ClassVar[bool] = False  # the Sia paper's baseline searches its virtual nodes behind the quota layer
     whole_replicas: ClassVar[bool] = False  # one model for every type cannot count replicas of a size per type
+    settings: ClassVar[tuple[str, ...]] = ("p", "restart_delay_s", "avoid_interference", "discount_starts")
 
     def __init__(
         self,
@@ -120,8 +121,9 @@ class PolluxUnawarePolicy(PolluxPolicy):
         avoid_interference: bool = True,
         discount_starts: bool = True,
     ) -> None:
-        """The settings of `PolluxPolicy`; `avoid_interference` acts on the virtual nodes."""
-        super().__init__(p, restart_delay_s, avoid_interference, discount_starts)
+        """The settings of the paper's `PolluxPolicy` (its jobs' remaining work not weighed); `avoid_interference`
+        acts on the virtual nodes."""
+        super().__init__(p, restart_delay_s, avoid_interference, discount_starts, remaining_work=False)
         self._virtual: dict[str, Allocation] = {}  # last round's virtual allocations, after the type drop
 
     @property

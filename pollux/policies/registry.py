@@ -14,7 +14,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 
-from pollux.defaults import RESTART_DELAY_S, THEMIS_FAIRNESS_KNOB
+from pollux.defaults import RESTART_DELAY_S, SRPT_EXPONENT, THEMIS_FAIRNESS_KNOB
 from pollux.errors import SpecError
 from pollux.policies.base import Policy
 
@@ -50,6 +50,10 @@ class PolicySettings:
     avoid_interference: bool = True  # never two distributed jobs on one node
     discount_starts: bool = True  # the artifact's factor on a waiting job's start too (the runtime turns it off)
     fairness_knob: float = THEMIS_FAIRNESS_KNOB  # Themis' f: the share of best-off jobs left out of each auction
+    # Pollux: weigh each job's remaining work (`pollux.policies.remaining`): its term of the power mean by its
+    # remaining time ^ −srpt, and a restart against the time it has left; None: on clusters of several GPU types.
+    remaining_work: bool | None = None
+    srpt: float = SRPT_EXPONENT
 
 
 Input = Callable[[], object]  # built only if the policy takes it (reading a trace is not free)

@@ -76,8 +76,17 @@ def fair_share_base(goodput: np.ndarray, fair_gpus: int) -> float:
 
 def speedup_table(job: JobView, fair_gpus: int, max_gpus: int, gpus_per_replica: int = 1) -> np.ndarray:
     """Speedups over the fair share for K = 0…max_gpus, row 0 on one node, row 1 across nodes (`goodput_table`)."""
+    return speedups_and_base(job, fair_gpus, max_gpus, gpus_per_replica)[0]
+
+
+def speedups_and_base(
+    job: JobView, fair_gpus: int, max_gpus: int, gpus_per_replica: int = 1
+) -> tuple[np.ndarray, float]:
+    """`speedup_table`, and the goodput on the fair share it divides by (M0-examples/s, where the job has a
+    model)."""
     goodput = goodput_table(job, max(max_gpus, fair_gpus), gpus_per_replica)
-    return goodput[:, : max_gpus + 1] / fair_share_base(goodput, fair_gpus)
+    base = fair_share_base(goodput, fair_gpus)
+    return goodput[:, : max_gpus + 1] / base, base
 
 
 def fixed_batch_goodput(job: JobView, nodes: np.ndarray, replicas: np.ndarray) -> np.ndarray:

@@ -46,9 +46,17 @@ class OneTypeSearch(Protocol):
 
     def utility(self, scaled_speedup: np.ndarray | float) -> np.ndarray: ...
 
-    def realloc_factor(self, job: JobView, now: float) -> float: ...
+    def remaining_terms(
+        self, jobs: Sequence[JobView], cluster: Cluster, base_goodputs: Sequence[float]
+    ) -> tuple[np.ndarray, list[float | None]]: ...
 
-    def job_values(self, job: JobView, speedups: np.ndarray, factor: float, row: Row) -> tuple[np.ndarray, float]: ...
+    def change_factor(
+        self, job: JobView, now: float, speedups: np.ndarray, remaining_s: float | None
+    ) -> np.ndarray | float: ...
+
+    def job_values(
+        self, job: JobView, speedups: np.ndarray, factor: np.ndarray | float, row: Row, weight: float = 1.0
+    ) -> tuple[np.ndarray, float]: ...
 
     def search(self, values: ValueTable, counts: np.ndarray, round_jobs: int | None = None) -> Layout: ...
 
@@ -152,6 +160,7 @@ def typed_value_tables(
         bases.append(
             sum(w * fair_share_base(entry.goodput, fair) for w, entry in usable if entry) / total if total else 1.0
         )
+    job_weights, remaining = policy.remaining_terms(jobs, cluster, bases)
     tables = []
     for piece, column in zip(pieces, per_type, strict=True):
         rows: list[np.ndarray] = []
@@ -165,7 +174,8 @@ def typed_value_tables(
                 continue
             row = sparse_row(entry.allocation)
             speedups = scale * entry.goodput[:, : entry.max_gpus + 1] / bases[j]
-            values, kept = policy.job_values(job, speedups, policy.realloc_factor(job, now), row)
+            factor = policy.change_factor(job, now, speedups / scale, remaining[j])
+            values, kept = policy.job_values(job, speedups, factor, row, float(job_weights[j]))
             rows.append(only_whole_replicas(values, job.gpus_per_replica(piece.gpu_type)))
             keep.append(kept)
             current.append(row)

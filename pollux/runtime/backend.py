@@ -62,6 +62,9 @@ def job_facts(
         single_gpu_throughput_by_type=dict(spec.single_gpu_throughput),
         allocated_at_s=state.updated_at if state.status == "running" else None,  # its launch: nothing else updates it
         tenant=spec.tenant,
+        m0_steps=report.progress.m0_steps if report else 0.0,
+        epochs_done=report.progress.epochs_done if report else 0.0,
+        epochs=report.progress.epochs if report else None,
     )
 
 

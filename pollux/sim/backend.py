@@ -305,6 +305,14 @@ class SimJob:
         self.policy_batch = batch
         self.choose_batch()
 
+    def epochs_done(self) -> float:
+        """Epochs trained, the current one's share included: what its agent would report (`Progress`)."""
+        model = self.model
+        if self.epoch >= model.max_epochs:
+            return float(model.max_epochs)
+        start, end = model.epoch_progress(self.epoch), model.epoch_progress(self.epoch + 1)
+        return self.epoch + (self.progress - start) / (end - start) if end > start else float(self.epoch)
+
     def remaining_steps(self) -> float | None:
         """Oracle: optimizer steps left at the fixed batch (Optimus' remaining-iterations estimate)."""
         if self.spec.batch_size is None or self.done:
@@ -486,6 +494,9 @@ class SimBackend:
             allocated_at_s=job.allocated_at_s,
             tenant=job.spec.tenant,
             gpus_per_replica_by_type={t: job.typed.gpus_per_replica(t) for t in usable} if job.typed.pipelined else {},
+            m0_steps=job.progress,
+            epochs_done=job.epochs_done(),
+            epochs=job.model.max_epochs,
         )
 
     def resize(self, cluster: Cluster, kept: Sequence[int], now: float) -> None:

@@ -169,3 +169,13 @@ def test_the_docs_example_is_a_valid_report_by_the_reader_and_by_the_json_schema
     Draft202012Validator.check_schema(schema)
     assert not list(Draft202012Validator(schema).iter_errors(json.loads(example)))
     assert list(Draft202012Validator(schema).iter_errors({**json.loads(example), "version": "2"}))
+
+
+def test_the_declared_epochs_read_back_and_a_report_without_them_reads_as_none(tmp_path):
+    """`progress.epochs` came after version 2 was fixed: a report that has it round-trips, one that lacks it (written
+    before, or by a loop that declares none) reads as None; epochs done count the current one's share."""
+    declared = replace(REPORT, progress=replace(REPORT.progress, epochs=10))
+    assert read_report(write_report(tmp_path / "r.json", declared)).progress.epochs == 10
+    older = mutated(tmp_path, lambda d: d["progress"].pop("epochs", None))
+    assert read_report(older).progress.epochs is None
+    assert REPORT.progress.epochs_done == 3 + 5120 / 50000
