@@ -21,7 +21,8 @@ Helios-sampled `rate_{10..50}` workloads (10 per rate) on the same cluster; ever
 default; the mean of per-workload average JCTs per policy and rate as a table and a plot (`--plot`), and beside the
 paper's claim (Sia 50-65% below Pollux at every rate) our `pollux` against `pollux-unaware` rate by rate. Sia's
 own code was not rerun on these workloads. The whole figure is 50 workloads per policy (a 50 jobs/h one holds 400
-jobs): hours on a 2-core machine; `--workloads 1` and three policies give its shape.
+jobs): hours on a 2-core machine; `--workloads 1` and three policies give its shape. A line per simulation as it
+finishes, each also appended to the plot's name with `.jsonl` (a run cut short keeps what it measured).
 
 Run: .venv/bin/python -m benchmarks.hetero [--trace philly|saturn ...] [--policy NAME ...] [--workloads 8]
      [--processes 2] [--setting p=-0.5 ...] [--by-application]
@@ -32,8 +33,9 @@ Run: .venv/bin/python -m benchmarks.hetero [--trace philly|saturn ...] [--policy
 from __future__ import annotations
 
 import argparse
+import json
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import astuple, dataclass
 from pathlib import Path
 
@@ -267,14 +269,41 @@ def rates_figure(
     console.print(f"plot: {plot}")
 
 
+def run_with_progress(
+    tasks: list[tuple[str, str]],
+    settings: tuple[tuple[str, float | bool], ...],
+    processes: int,
+    log: Path,
+    console: Console,
+) -> dict[tuple[str, str], Run]:
+    """Every (policy, workload) simulated, a line per one finished (the whole figure takes hours), each also
+    appended to `log` as JSON as it finishes, so a run cut short still leaves what it measured."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    runs: dict[tuple[str, str], Run] = {}
+    started = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=processes) as pool, log.open("a") as out:
+        futures = {pool.submit(run_one, policy, workload, settings): (policy, workload) for policy, workload in tasks}
+        for future in as_completed(futures):
+            policy, workload = task = futures[future]
+            run = runs[task] = future.result()
+            avg_h = float(np.mean(run.jcts_s)) / HOUR
+            line = {"policy": policy, "workload": workload, "avg_jct_h": avg_h, "jobs": len(run.jcts_s)}
+            out.write(json.dumps({**line, "settings": dict(settings), "wall_s": run.wall_s}) + "\n")
+            out.flush()
+            elapsed = time.perf_counter() - started
+            console.print(
+                f"[{len(runs)}/{len(tasks)}] {policy} {workload}: avg JCT {avg_h:.2f} h "
+                f"({run.wall_s:.0f} s; {elapsed / 60:.0f} min so far)"
+            )
+    return runs
+
+
 def main_rates(args: argparse.Namespace, settings: tuple[tuple[str, float | bool], ...], console: Console) -> None:
     rates = args.rate or list(RATES)
     count = min(args.workloads or RATE_WORKLOADS, RATE_WORKLOADS)
     policies = args.policy or rate_policies()
     tasks = [(p, f"rate_{r}/workload-{i}") for p in policies for r in rates for i in range(1, count + 1)]
-    with ProcessPoolExecutor(max_workers=args.processes) as pool:
-        outcomes = pool.map(run_one, *zip(*tasks, strict=True), [settings] * len(tasks))
-        runs = dict(zip(tasks, outcomes, strict=True))
+    runs = run_with_progress(tasks, settings, args.processes, Path(args.plot).with_suffix(".jsonl"), console)
     mean_h = {
         (p, r): float(np.mean([np.mean(runs[p, f"rate_{r}/workload-{i}"].jcts_s) for i in range(1, count + 1)])) / HOUR
         for p in policies
