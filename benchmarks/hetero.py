@@ -302,7 +302,8 @@ def main_rates(args: argparse.Namespace, settings: tuple[tuple[str, float | bool
     rates = args.rate or list(RATES)
     count = min(args.workloads or RATE_WORKLOADS, RATE_WORKLOADS)
     policies = args.policy or rate_policies()
-    tasks = [(p, f"rate_{r}/workload-{i}") for p in policies for r in rates for i in range(1, count + 1)]
+    # workload by workload, every policy on each: a run cut short has compared them on the same workloads
+    tasks = [(p, f"rate_{r}/workload-{i}") for i in range(1, count + 1) for r in rates for p in policies]
     runs = run_with_progress(tasks, settings, args.processes, Path(args.plot).with_suffix(".jsonl"), console)
     mean_h = {
         (p, r): float(np.mean([np.mean(runs[p, f"rate_{r}/workload-{i}"].jcts_s) for i in range(1, count + 1)])) / HOUR
