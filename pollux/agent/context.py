@@ -277,8 +277,12 @@ class AgentContext:
 
     @property
     def throughput_log(self) -> ThroughputLog:
-        """The step times measured on this GPU type."""
-        return self.throughput_logs.setdefault(self.type_key, ThroughputLog())
+        """The step times measured on this GPU type (read every step: no new log built unless it is missing)."""
+        key = self.type_key
+        log = self.throughput_logs.get(key)
+        if log is None:
+            log = self.throughput_logs[key] = ThroughputLog()
+        return log
 
     @property
     def throughput_params(self) -> ThroughputParams | None:
