@@ -14,7 +14,9 @@ from pollux.policies.facts import JobFacts, job_view
 from pollux.policies.pollux import PolluxPolicy
 
 # Scales almost linearly; with a large noise scale its goodput grows with every GPU it is given.
-PARAMS = ThroughputParams(alpha_c=0.05, beta_c=0.01, alpha_r=0.001, beta_r=0.0001, alpha_n=0.001, beta_n=0.0001, gamma=1.5)
+PARAMS = ThroughputParams(
+    alpha_c=0.05, beta_c=0.01, alpha_r=0.001, beta_r=0.0001, alpha_n=0.001, beta_n=0.0001, gamma=1.5
+)
 STATS = GradientStats(sqr=1.0, var=1e4)
 TYPED = Cluster.of_groups([NodeGroup("a100", 2, 8), NodeGroup("t4", 1, 8)])
 ONE_TYPE = Cluster(num_nodes=3, gpus_per_node=8)
