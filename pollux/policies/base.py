@@ -24,13 +24,11 @@ BatchOwner = Literal["user", "job", "policy"]
 MAX_ELASTIC_GPUS = 64  # the artifact caps an elastic job at 64 GPUs
 
 
-def exploration_bound(
-    max_replicas_run: int, max_batch_size: int, min_local_bsz: int, factor: float = EXPLORATION_FACTOR
-) -> int:
-    """How many GPUs an adaptive job may be given: `factor` (twice) the most it has run on (at least 1), so the
-    scheduler never trusts its model far beyond what the job measured; at most 64, and at most what its max batch
-    allows at the smallest per-GPU batch (docs/design.md, "Goodput model"). Shared by the simulator and the runtime."""
-    explored = max(math.floor(factor * max_replicas_run), 1)
+def exploration_bound(max_replicas_run: int, max_batch_size: int, min_local_bsz: int) -> int:
+    """How many GPUs an adaptive job may be given: twice the most it has run on (at least 1), so the scheduler
+    never trusts its model far beyond what the job measured; at most 64, and at most what its max batch allows at
+    the smallest per-GPU batch (docs/design.md, "Goodput model"). Shared by the simulator and the runtime."""
+    explored = max(EXPLORATION_FACTOR * max_replicas_run, 1)
     return min(explored, MAX_ELASTIC_GPUS, max(max_batch_size // min_local_bsz, 1))
 
 
