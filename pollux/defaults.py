@@ -10,6 +10,12 @@ RESTART_DELAY_S = 30
 # / the round's median)^(−a) where remaining work is weighed (`pollux.policies.remaining`); measured on Sia's
 # Philly and Helios workloads (docs/design.md, "Remaining work").
 SRPT_EXPONENT = 2.0
+# How many times the most GPUs an adaptive job has run on it may be given (docs/design.md, "Exploration bound"):
+# the paper's 2, as every view's `max_gpus` holds it; and the Pollux policy's own where remaining work is weighed
+# (`PolluxPolicy.explore`), where a young job's each doubling costs it a restore: measured on Sia's Philly and Helios
+# workloads (docs/design.md, "Remaining work").
+EXPLORATION_FACTOR = 2
+EXPLORATION_FACTOR_REMAINING = 4.0
 # Seconds between scheduling rounds when nothing else happens (the artifact's 60 s).
 ROUND_INTERVAL_S = 60
 # Seconds a job started or moved trains, after its restore delay, before it may be moved again (`pollux.lease`): the

@@ -6,12 +6,14 @@ A policy is a pure function of what it is shown: `optimize(jobs, cluster, now)` 
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from pollux.cluster import Allocation, Cluster
+from pollux.defaults import EXPLORATION_FACTOR
 from pollux.goodput import BatchConfig, GoodputFunction, GradientStats, ThroughputParams
 from pollux.tenants import DEFAULT_TENANT
 
@@ -26,7 +28,8 @@ def exploration_bound(max_replicas_run: int, max_batch_size: int, min_local_bsz:
     """How many GPUs an adaptive job may be given: twice the most it has run on (at least 1), so the scheduler
     never trusts its model far beyond what the job measured; at most 64, and at most what its max batch allows at
     the smallest per-GPU batch (docs/design.md, "Goodput model"). Shared by the simulator and the runtime."""
-    return min(max(2 * max_replicas_run, 1), MAX_ELASTIC_GPUS, max(max_batch_size // min_local_bsz, 1))
+    explored = max(EXPLORATION_FACTOR * max_replicas_run, 1)
+    return min(explored, MAX_ELASTIC_GPUS, max(max_batch_size // min_local_bsz, 1))
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,7 @@ class JobView:
     num_restarts: int  # allocation changes after the first start
     attained_service_gpu_s: float  # GPUs × seconds run so far (Tiresias' 2D service)
     requested_gpus: int  # the user's GPU count, kept by fixed-size policies
-    max_gpus: int  # hard bound, exploration bound included
+    max_gpus: int  # hard bound, exploration bound included (twice the GPUs it has run on)
     init_batch_size: int  # M0
     max_batch_size: int
     local_bsz_bounds: tuple[int, int]
@@ -69,6 +72,11 @@ class JobView:
     # Statistical progress (M0-steps) it has left, estimated from the epochs its training loop declares and what
     # those done took (`pollux.policies.facts.remaining_m0_steps`); None where it is not known.
     remaining_m0_steps: float | None = None
+    # The most GPUs (replicas of a pipelined job) it has run on, and `max_gpus` without its exploration bound (memory
+    # and max batch, 64, the user's cap); None where the bound has no exploration term (a fixed or policy-chosen
+    # batch). A policy that explores faster (`max_gpus_exploring`) reads them.
+    explored_gpus: int = 0
+    max_gpus_unexplored: int | None = None
 
     @property
     def adaptive(self) -> bool:
@@ -93,6 +101,15 @@ class JobView:
             return self.max_gpus
         largest = max(self.gpus_per_replica_by_type.values())
         return self.max_gpus // largest * self.gpus_per_replica(gpu_type)
+
+    def max_gpus_exploring(self, factor: float) -> int:
+        """`max_gpus` with the exploration bound at `factor` times the GPUs (replicas) it has run on instead of
+        twice, within the rest of its bound; its view's bound where that has no exploration term."""
+        if self.max_gpus_unexplored is None:
+            return self.max_gpus
+        largest = max(self.gpus_per_replica_by_type.values(), default=1)
+        explored = largest * max(math.floor(factor * self.explored_gpus), 1)
+        return max(min(explored, self.max_gpus_unexplored), largest * self.min_gpus, largest)
 
     def may_run_on(self, gpu_type: str) -> bool:
         return self.gpu_types is None or gpu_type in self.gpu_types

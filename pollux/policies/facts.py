@@ -65,11 +65,12 @@ def gpu_bound(
     min_local_bsz: int,
     gpu_cap: int | None = None,
     min_gpus: int = 0,
+    explore: bool = True,
 ) -> int:
     """The most GPUs a job may be given: an adaptive job twice what it has run on (it learns its scaling step by
-    step), a fixed batch at least the smallest per-GPU batch per GPU, a policy-chosen batch what memory allows;
-    then the user's cap, and never below the user's minimum or 1."""
-    if batch_by_policy:
+    step; not with `explore` off), a fixed batch at least the smallest per-GPU batch per GPU, a policy-chosen batch
+    what memory allows; then the user's cap, and never below the user's minimum or 1."""
+    if batch_by_policy or (batch_size is None and not explore):
         bound = min(MAX_ELASTIC_GPUS, max_batch_size // min_local_bsz)
     elif batch_size is None:
         bound = exploration_bound(max_replicas_run, max_batch_size, min_local_bsz)
@@ -90,9 +91,10 @@ def remaining_m0_steps(m0_steps: float, epochs_done: float, epochs: int | None) 
 
 def job_view(facts: JobFacts) -> JobView:
     """The policy's view of a job: its facts, with its GPU bound (a pipelined job's bound is in replicas, from
-    replicas run and its per-replica batch: shown as GPUs of its largest replica, `JobView.max_gpus_on`) and the
-    work it has left (`remaining_m0_steps`)."""
-    bound = max(facts.gpus_per_replica_by_type.values(), default=1) * gpu_bound(
+    replicas run and its per-replica batch: shown as GPUs of its largest replica, `JobView.max_gpus_on`), that bound
+    without exploration where it explores, and the work it has left (`remaining_m0_steps`)."""
+    largest = max(facts.gpus_per_replica_by_type.values(), default=1)
+    terms = (
         facts.batch_size,
         facts.batch_by_policy,
         facts.max_replicas_run,
@@ -101,12 +103,19 @@ def job_view(facts: JobFacts) -> JobView:
         facts.gpu_cap,
         facts.min_gpus,
     )
+    explores = facts.batch_size is None and not facts.batch_by_policy
     shown = dict(zip(_SHOWN, _read_shown(facts), strict=True))
-    left = remaining_m0_steps(facts.m0_steps, facts.epochs_done, facts.epochs)
-    return JobView(**shown, max_gpus=bound, remaining_m0_steps=left)
+    return JobView(
+        **shown,
+        max_gpus=largest * gpu_bound(*terms),
+        remaining_m0_steps=remaining_m0_steps(facts.m0_steps, facts.epochs_done, facts.epochs),
+        explored_gpus=facts.max_replicas_run,
+        max_gpus_unexplored=largest * gpu_bound(*terms, explore=False) if explores else None,
+    )
 
 
-# The view's fields that are facts as they are (every one but the two `job_view` derives), named once: a simulation
+# The view's fields that are facts as they are (every one but those `job_view` derives), named once: a simulation
 # builds a view per active job per round (a quarter of a FIFO simulation's time went to `fields` and `getattr`).
-_SHOWN = tuple(f.name for f in fields(JobView) if f.name not in ("max_gpus", "remaining_m0_steps"))
+_DERIVED = ("max_gpus", "remaining_m0_steps", "explored_gpus", "max_gpus_unexplored")
+_SHOWN = tuple(f.name for f in fields(JobView) if f.name not in _DERIVED)
 _read_shown = attrgetter(*_SHOWN)

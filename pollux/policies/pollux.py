@@ -53,13 +53,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
 
 from pollux.cluster import Allocation, Cluster, num_gpus
-from pollux.defaults import RESTART_DELAY_S, SRPT_EXPONENT
+from pollux.defaults import EXPLORATION_FACTOR, EXPLORATION_FACTOR_REMAINING, RESTART_DELAY_S, SRPT_EXPONENT
+from pollux.errors import SpecError
 from pollux.policies.base import BatchOwner, JobView, Policy, PolicyResult
 from pollux.policies.polish import Polisher
 from pollux.policies.remaining import finish_factor, remaining_time_s, srpt_weights
@@ -106,6 +107,7 @@ class PolluxPolicy(Policy):
         "discount_starts",
         "remaining_work",
         "srpt",
+        "explore",
     )
 
     def __init__(
@@ -116,18 +118,24 @@ class PolluxPolicy(Policy):
         discount_starts: bool = True,
         remaining_work: bool | None = None,
         srpt: float = SRPT_EXPONENT,
+        explore: float = EXPLORATION_FACTOR_REMAINING,
     ) -> None:
         """`p`: power-mean exponent (−1 fair, 1 throughput); `restart_delay_s`: δ of the re-allocation factor;
         `avoid_interference`: never place two distributed jobs on one node; `discount_starts`: apply the
         re-allocation factor to starting a job that holds no GPUs too, as the artifact does (module docstring);
         `remaining_work`: weigh each job's remaining work, with the shortest-remaining-first exponent `srpt`
-        (`pollux.policies.remaining`; False: the paper's Pollux; None: on clusters of several GPU types only)."""
+        (`pollux.policies.remaining`; False: the paper's Pollux; None: on clusters of several GPU types only), and
+        where it does, lets an adaptive job grow to `explore` times the most GPUs it has run on, not twice
+        (`explored`)."""
+        if explore < 1:
+            raise SpecError(f"pollux explore must be a number ≥ 1, times the GPUs a job has run on; got {explore}")
         self.p = float(p)
         self.restart_delay_s = float(restart_delay_s)
         self.avoid_interference = avoid_interference
         self.discount_starts = discount_starts
         self.remaining_work = remaining_work
         self.srpt = float(srpt)
+        self.explore = float(explore)
 
     @property
     def avoids_sharing(self) -> bool:
@@ -168,6 +176,14 @@ class PolluxPolicy(Policy):
         """Whether this round weighs the jobs' remaining work: `remaining_work`, or where it is None (the default),
         on a cluster of several GPU types only (docs/design.md, "Remaining work")."""
         return cluster.heterogeneous if self.remaining_work is None else self.remaining_work
+
+    def explored(self, jobs: Sequence[JobView], cluster: Cluster) -> Sequence[JobView]:
+        """The jobs with the GPU bound this round allows them: their views' (twice the GPUs each ran on), or where
+        remaining work is weighed, `explore` times that many. There a young job's every doubling costs it a
+        restore (Sia's cifar10: 50 s of a 7-minute run alone), and its 1-GPU throughput on every type is known."""
+        if not self.uses_remaining_work(cluster) or self.explore == EXPLORATION_FACTOR:
+            return jobs
+        return [replace(job, max_gpus=job.max_gpus_exploring(self.explore)) for job in jobs]
 
     def remaining_terms(
         self, jobs: Sequence[JobView], cluster: Cluster, base_goodputs: Sequence[float]
@@ -264,6 +280,7 @@ class PolluxPolicy(Policy):
     ) -> PolicyResult:
         if not jobs:
             return PolicyResult({})
+        jobs = self.explored(jobs, cluster)
         if cluster.heterogeneous:
             placed, value = optimize_typed(self, jobs, cluster, now, budgets)
         else:

@@ -14,7 +14,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 
-from pollux.defaults import RESTART_DELAY_S, SRPT_EXPONENT, THEMIS_FAIRNESS_KNOB
+from pollux.defaults import EXPLORATION_FACTOR_REMAINING, RESTART_DELAY_S, SRPT_EXPONENT, THEMIS_FAIRNESS_KNOB
 from pollux.errors import SpecError
 from pollux.policies.base import Policy
 
@@ -54,6 +54,8 @@ class PolicySettings:
     # remaining time ^ −srpt, and a restart against the time it has left; None: on clusters of several GPU types.
     remaining_work: bool | None = None
     srpt: float = SRPT_EXPONENT
+    # Pollux, where remaining work is weighed: an adaptive job may grow to this many times the GPUs it has run on.
+    explore: float = EXPLORATION_FACTOR_REMAINING
 
 
 Input = Callable[[], object]  # built only if the policy takes it (reading a trace is not free)
