@@ -201,12 +201,15 @@ def sub_table(values: ValueTable, jobs: Sequence[int], cluster: Cluster) -> Valu
     )
 
 
-def envelope_vertices(values: np.ndarray) -> list[int]:
+def envelope_vertices(values: np.ndarray | Sequence[float]) -> list[int]:
     """Counts K > 0 on the upper concave envelope of (K, values[K]) from K = 0: the counts worth stopping at when
-    GPUs are scarce (a count below the envelope is beaten by a mix of its neighbours)."""
+    GPUs are scarce (a count below the envelope is beaten by a mix of its neighbours). On Python floats (the same
+    IEEE arithmetic as numpy's, without a numpy scalar per step)."""
+    if isinstance(values, np.ndarray):
+        values = values.tolist()
     hull: list[int] = [0]
     for k in range(1, len(values)):
-        if not np.isfinite(values[k]):
+        if not math.isfinite(values[k]):
             continue
         while len(hull) >= 2:
             a, b = hull[-2], hull[-1]
@@ -231,18 +234,23 @@ def counts_by_program(
 
     num_jobs = tables[0].num_jobs
     job_of, type_of, count_of, gain_of = [], [], [], []
+    envelopes: dict[bytes, list[int]] = {}  # jobs alike have the same row: its envelope once
     for t, values in enumerate(tables):
         capacity = pieces[t].cluster.num_gpus
         tops = np.minimum(values.max_gpus, capacity)
         for j in np.flatnonzero(tops >= 1).tolist():
-            row = values.planned[j, : tops[j] + 1]
+            planned = values.planned[j, : tops[j] + 1]
+            row = planned.tolist()
             current = int(values.current_gpus[j])
-            candidates = set(envelope_vertices(row))
-            if 0 < current < row.size:
+            key = planned.tobytes()
+            if key not in envelopes:
+                envelopes[key] = envelope_vertices(row)
+            candidates = set(envelopes[key])
+            if 0 < current < len(row):
                 candidates.add(current)
             for k in sorted(candidates):
                 gain = row[k] - row[0]
-                if np.isfinite(gain) and gain > 0:
+                if math.isfinite(gain) and gain > 0:
                     job_of.append(j)
                     type_of.append(t)
                     count_of.append(k)
