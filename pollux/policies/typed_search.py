@@ -41,8 +41,11 @@ from pollux.policies.speedup import GoodputTables, fair_share_base
 
 
 class OneTypeSearch(Protocol):
-    """What the typed search asks of the one-type policy (`PolluxPolicy`, which calls it): its values and its
-    search on one type's nodes. A protocol, so that this module imports no policy."""
+    """What the typed search asks of the one-type policy (`PolluxPolicy`, which calls it): its values, the goodput
+    tables it keeps from round to round, and its search on one type's nodes. A protocol, so that this module imports
+    no policy."""
+
+    goodput_tables: GoodputTables
 
     def utility(self, scaled_speedup: np.ndarray | float) -> np.ndarray: ...
 
@@ -131,13 +134,14 @@ def typed_value_tables(
     budgets: Mapping[str, Mapping[str, int]] | None = None,
 ) -> list[ValueTable]:
     """One value table per type over every job (a job that may not run on a type can hold 0 GPUs there), each with
-    the tenants' budgets on its type where there are `budgets`. Jobs alike share their goodput tables
-    (`GoodputTables`) and bootstrapped models (`model_on`)."""
+    the tenants' budgets on its type where there are `budgets`. Jobs alike share their goodput tables (the policy's
+    `GoodputTables`, which keeps those the next round asks for again) and bootstrapped models (`model_on`)."""
     fair = max(1, math.ceil(cluster.num_gpus / len(jobs)))
     scale = cluster.num_nodes / cluster.num_gpus
     weights = [piece.cluster.num_gpus / cluster.num_gpus for piece in pieces]
     per_type: list[list[_OnType | None]] = []
-    goodput_tables = GoodputTables()
+    goodput_tables = policy.goodput_tables
+    goodput_tables.new_round()
     scaled: dict[tuple[ThroughputParams, float], ThroughputParams] = {}
     for piece in pieces:
         column: list[_OnType | None] = []
