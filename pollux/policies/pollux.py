@@ -75,8 +75,8 @@ from pollux.policies.search_state import (
     sparse_row,
     tenant_budget,
 )
+from pollux.policies.speedup import GoodputTables, speedups_and_base
 from pollux.policies.speedup import speedup_table as speedup_table  # re-exported: its callers found it here
-from pollux.policies.speedup import speedups_and_base
 from pollux.policies.typed_search import optimize_typed
 
 EPSILON = 1e-3
@@ -136,6 +136,7 @@ class PolluxPolicy(Policy):
         self.remaining_work = remaining_work
         self.srpt = float(srpt)
         self.explore = float(explore)
+        self.goodput_tables = GoodputTables()  # a cache of pure functions of their keys: no result depends on it
 
     @property
     def avoids_sharing(self) -> bool:

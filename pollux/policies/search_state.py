@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -362,6 +363,7 @@ def grow(layout: Layout, jobs: Sequence[int], avoid_interference: bool, reshape:
             if not steps.ratio[pick] > MIN_GAIN:
                 return
             layout.set(int(steps.jobs[pick]), steps.row(pick))
+            steps.changed(pick)
 
 
 class _Steps:
@@ -376,6 +378,21 @@ class _Steps:
         self.table = values.table[:, jobs]  # the jobs' rows of the value table
         self.t = np.arange(1, layout.max_node_gpus + 1)  # GPUs of a move whole
         self.one = np.arange(jobs.size)
+        # (position in `jobs`, node) of every node a distributed one uses, kept current through `changed`: what
+        # `_room` sums over, in a few array steps rather than a step per distributed job per update
+        spread = np.flatnonzero(layout.nodes[jobs] > 1)
+        rows = [layout.rows[j] for j in jobs[spread].tolist()]
+        self.spread_at = np.repeat(spread, [len(row) for row in rows])
+        self.spread_node = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=self.spread_at.size)
+
+    def changed(self, i: int) -> None:
+        """`jobs[i]` was given a new row."""
+        row = self.layout.rows[int(self.jobs[i])]
+        others = self.spread_at != i
+        self.spread_at, self.spread_node = self.spread_at[others], self.spread_node[others]
+        if len(row) > 1:
+            self.spread_at = np.concatenate([self.spread_at, np.full(len(row), i)])
+            self.spread_node = np.concatenate([self.spread_node, np.fromiter(row, dtype=np.int64, count=len(row))])
 
     def update(self) -> None:
         layout, jobs = self.layout, self.jobs
@@ -397,16 +414,18 @@ class _Steps:
         layout, jobs, free, used, home = self.layout, self.jobs, self.layout.free, self.used, self.home
         self.distributed = used > 1
         self.own_free = np.where(home >= 0, free[home], 0)  # free[-1] of a job without GPUs is masked
-        spread = np.flatnonzero(self.distributed).tolist()
-        for i in spread:
-            self.own_free[i] = int(free[list(layout.rows[int(jobs[i])])].sum())
+        at, nodes = self.spread_at, self.spread_node
+        if at.size:
+            own = np.bincount(at, weights=free[nodes], minlength=jobs.size).astype(np.int64)
+            self.own_free = np.where(self.distributed, own, self.own_free)
         if self.avoid:  # onto nodes no distributed job holds, unless one holds a node of its own
             open_free = int(free[layout.spanning == 0].sum())
             open_home = (used == 1) & (layout.spanning[home] == 0)
             spread_free = open_free - np.where(open_home, self.own_free, 0)
             self.blocked = (used == 1) & ~open_home
-            for i in spread:
-                self.blocked[i] = bool(np.any(layout.spanning[list(layout.rows[int(jobs[i])])] > 1))
+            if at.size:  # a distributed job is blocked where another distributed job shares a node of its own
+                shared = np.bincount(at, weights=layout.spanning[nodes] > 1, minlength=jobs.size) > 0
+                self.blocked = np.where(self.distributed, shared, self.blocked)
         else:
             spread_free = int(free.sum()) - self.own_free
             self.blocked = np.zeros(jobs.size, dtype=bool)

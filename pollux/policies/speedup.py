@@ -41,12 +41,19 @@ def goodput_table(job: JobView, max_gpus: int, gpus_per_replica: int = 1) -> np.
 
 
 class GoodputTables:
-    """`goodput_table` memoized over one round: jobs with the same model, statistics, batch bounds and GPU bound
-    share one table (a workload that issues every job k times, as Sia's scale workloads do, has k alike). The tables
-    are shared, so callers must not write into them."""
+    """`goodput_table` memoized: jobs with the same model, statistics, batch bounds and GPU bound share one table (a
+    workload that issues every job k times, as Sia's scale workloads do, has k alike), within a round and, for the
+    tables a round asks for again (a waiting job's, a job's whose model and statistics did not change), from the
+    round before (`new_round`). A table is a pure function of its key, so no result depends on what is kept. The
+    tables are shared, so callers must not write into them."""
 
     def __init__(self) -> None:
         self._tables: dict[tuple[object, ...], np.ndarray] = {}
+        self._last: dict[tuple[object, ...], np.ndarray] = {}  # the round before's, until asked for again
+
+    def new_round(self) -> None:
+        """Start a round: keep the last round's tables for it, drop those of any round before."""
+        self._last, self._tables = self._tables, {}
 
     def __call__(
         self,
@@ -62,8 +69,11 @@ class GoodputTables:
         key = (params, stats, job.init_batch_size, job.max_batch_size, bounds, batch, max_gpus, gpus_per_replica)
         table = self._tables.get(key)
         if table is None:
-            view = replace(job, throughput_params=params, local_bsz_bounds=bounds)
-            table = self._tables[key] = goodput_table(view, max_gpus, gpus_per_replica)
+            table = self._last.get(key)
+            if table is None:
+                view = replace(job, throughput_params=params, local_bsz_bounds=bounds)
+                table = goodput_table(view, max_gpus, gpus_per_replica)
+            self._tables[key] = table
         return table
 
 

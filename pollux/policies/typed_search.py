@@ -41,8 +41,11 @@ from pollux.policies.speedup import GoodputTables, fair_share_base
 
 
 class OneTypeSearch(Protocol):
-    """What the typed search asks of the one-type policy (`PolluxPolicy`, which calls it): its values and its
-    search on one type's nodes. A protocol, so that this module imports no policy."""
+    """What the typed search asks of the one-type policy (`PolluxPolicy`, which calls it): its values, the goodput
+    tables it keeps from round to round, and its search on one type's nodes. A protocol, so that this module imports
+    no policy."""
+
+    goodput_tables: GoodputTables
 
     def utility(self, scaled_speedup: np.ndarray | float) -> np.ndarray: ...
 
@@ -131,13 +134,14 @@ def typed_value_tables(
     budgets: Mapping[str, Mapping[str, int]] | None = None,
 ) -> list[ValueTable]:
     """One value table per type over every job (a job that may not run on a type can hold 0 GPUs there), each with
-    the tenants' budgets on its type where there are `budgets`. Jobs alike share their goodput tables
-    (`GoodputTables`) and bootstrapped models (`model_on`)."""
+    the tenants' budgets on its type where there are `budgets`. Jobs alike share their goodput tables (the policy's
+    `GoodputTables`, which keeps those the next round asks for again) and bootstrapped models (`model_on`)."""
     fair = max(1, math.ceil(cluster.num_gpus / len(jobs)))
     scale = cluster.num_nodes / cluster.num_gpus
     weights = [piece.cluster.num_gpus / cluster.num_gpus for piece in pieces]
     per_type: list[list[_OnType | None]] = []
-    goodput_tables = GoodputTables()
+    goodput_tables = policy.goodput_tables
+    goodput_tables.new_round()
     scaled: dict[tuple[ThroughputParams, float], ThroughputParams] = {}
     for piece in pieces:
         column: list[_OnType | None] = []
@@ -201,12 +205,15 @@ def sub_table(values: ValueTable, jobs: Sequence[int], cluster: Cluster) -> Valu
     )
 
 
-def envelope_vertices(values: np.ndarray) -> list[int]:
+def envelope_vertices(values: np.ndarray | Sequence[float]) -> list[int]:
     """Counts K > 0 on the upper concave envelope of (K, values[K]) from K = 0: the counts worth stopping at when
-    GPUs are scarce (a count below the envelope is beaten by a mix of its neighbours)."""
+    GPUs are scarce (a count below the envelope is beaten by a mix of its neighbours). On Python floats (the same
+    IEEE arithmetic as numpy's, without a numpy scalar per step)."""
+    if isinstance(values, np.ndarray):
+        values = values.tolist()
     hull: list[int] = [0]
     for k in range(1, len(values)):
-        if not np.isfinite(values[k]):
+        if not math.isfinite(values[k]):
             continue
         while len(hull) >= 2:
             a, b = hull[-2], hull[-1]
@@ -231,18 +238,23 @@ def counts_by_program(
 
     num_jobs = tables[0].num_jobs
     job_of, type_of, count_of, gain_of = [], [], [], []
+    envelopes: dict[bytes, list[int]] = {}  # jobs alike have the same row: its envelope once
     for t, values in enumerate(tables):
         capacity = pieces[t].cluster.num_gpus
         tops = np.minimum(values.max_gpus, capacity)
         for j in np.flatnonzero(tops >= 1).tolist():
-            row = values.planned[j, : tops[j] + 1]
+            planned = values.planned[j, : tops[j] + 1]
+            row = planned.tolist()
             current = int(values.current_gpus[j])
-            candidates = set(envelope_vertices(row))
-            if 0 < current < row.size:
+            key = planned.tobytes()
+            if key not in envelopes:
+                envelopes[key] = envelope_vertices(row)
+            candidates = set(envelopes[key])
+            if 0 < current < len(row):
                 candidates.add(current)
             for k in sorted(candidates):
                 gain = row[k] - row[0]
-                if np.isfinite(gain) and gain > 0:
+                if math.isfinite(gain) and gain > 0:
                     job_of.append(j)
                     type_of.append(t)
                     count_of.append(k)
