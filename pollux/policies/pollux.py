@@ -76,7 +76,6 @@ from pollux.policies.search_state import (
     tenant_budget,
 )
 from pollux.policies.speedup import GoodputTables, speedups_and_base
-from pollux.policies.speedup import speedup_table as speedup_table  # re-exported: its callers found it here
 from pollux.policies.typed_search import optimize_typed
 
 EPSILON = 1e-3

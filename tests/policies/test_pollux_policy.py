@@ -12,7 +12,8 @@ from pollux_jobs import CLUSTER, NOW, job, random_job, scenarios
 from pollux.cluster import Cluster, num_nodes_used, validate_allocations
 from pollux.goodput import GradientStats
 from pollux.policies.base import JobView
-from pollux.policies.pollux import PolluxPolicy, speedup_table
+from pollux.policies.pollux import PolluxPolicy
+from pollux.policies.speedup import speedup_table
 
 SLOW_SYNC = replace(PARAMS, alpha_r=2.0, alpha_n=4.0)  # sync dwarfs compute: more GPUs barely help
 

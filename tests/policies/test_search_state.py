@@ -8,8 +8,9 @@ import pytest
 from pollux_jobs import NOW, assert_consistent, job, random_job, scenarios, snapshot
 
 from pollux.cluster import Cluster
-from pollux.policies.pollux import PolluxPolicy, speedup_table
+from pollux.policies.pollux import PolluxPolicy
 from pollux.policies.search_state import Layout, ValueTable, dense_row, greedy_counts, grow, sparse_row
+from pollux.policies.speedup import speedup_table
 
 
 def value_tables(seed: int, count: int):
