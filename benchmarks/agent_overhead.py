@@ -1,6 +1,6 @@
 """Agent overhead: step time of a small CNN under plain DDP vs. under the Pollux agent, 2 processes, CPU/gloo.
 
-Run: .venv/bin/python -m benchmarks.agent_overhead [--step 20 10] [--steps 30] [--rounds 15] [--profile]
+Run: .venv/bin/python -m benchmarks.agent_overhead [--step 20 10] [--steps 200] [--rounds 15] [--profile]
      [--device cuda] [--world-size 1]
 
 Both sides train the same CNN (examples/cifar_like_cnn.py) on the same synthetic images with SGD, 2 processes of one
@@ -13,6 +13,14 @@ the same size, so the arithmetic stays comparable) every `--adapt-interval` step
 Configurations alternate within each round (their order rotates from round to round); the overheads are medians over
 rounds of the ratio to plain DDP in the same round, so load from other processes on the host largely cancels. CPU
 time (both processes, all threads) is the steadier yardstick of the agent's own work; wall time is what a job sees.
+Beside each median, the quartiles of the per-round ratios show how far one round can stray on this host.
+
+What is timed is a job in its steady state. Every run starts a fresh agent, and a fresh agent pays once per
+incarnation for what a running job does not pay again: the thread that fits and writes reports starts, the first
+throughput fit starts from scratch (a warm refit, every 5 s after, costs a fraction of it) and the first report is
+built. The warm-up therefore spans the first batch decision (`--adapt-interval` steps) and a few steps more, so these
+fall in it; the "start-up" column is what the warm-up cost beyond plain DDP's, in ms per run. The timed steps then
+include what a running job pays periodically: statistics exchanges, batch decisions, report writes (every 2 s).
 
 `--profile` also times the agent's own functions (rank 0, exclusive of what they call: the model's forward and
 backward, the optimizer's update and the data loading are not the agent's) by wrapping them for the agent runs only,
@@ -26,6 +34,7 @@ import argparse
 import functools
 import importlib
 import importlib.util
+import math
 import os
 import statistics
 import tempfile
@@ -51,7 +60,7 @@ CONFIGS = ("plain DDP", "agent, fixed batch", "agent, autoscaling")
 AGENT_CONFIGS = CONFIGS[1:]
 # --step: images per process and step that give a plain DDP step of about that many ms (quiet 2-core machine, CPU)
 LOCAL_BSZ_BY_STEP_MS = {20: 32, 10: 12}
-WARMUP_STEPS = 5
+WARMUP_AFTER_FIRST_DECISION = 5  # steps of warm-up after the first batch decision (its fit and report finish then)
 
 # The agent's per-step path, by part: "module:Qualified.name" (timed exclusive of any other entry in this table).
 # "not agent" entries are the work plain DDP does too; they are timed only to be subtracted from their callers (and
@@ -98,8 +107,13 @@ PARTS = {
 
 @dataclass(frozen=True)
 class Timing:
-    wall_s: float  # per step
-    cpu_s: float  # per step, all processes together
+    wall_s: float  # per timed step
+    cpu_s: float  # per timed step, all processes together
+    warmup_wall_s: float  # the whole warm-up
+
+
+def warmup_steps(args: argparse.Namespace) -> int:
+    return args.adapt_interval + WARMUP_AFTER_FIRST_DECISION
 
 
 @dataclass(frozen=True)
@@ -184,74 +198,110 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed_steps(
-    batches: Any,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    steps: int,
-    device: torch.device,
-    profile: Profile | None = None,
-) -> Timing:
-    """Wall and CPU seconds per optimizer step over `steps` steps after a warm-up (barriers so all ranks are in
-    the span; CPU time is this process's, all threads, summed over the ranks). With a profile, the loader's own
-    code between batches counts as its bookkeeping."""
-    it = iter(batches)
-    next_batch = next if profile is None else profile.timed("loader bookkeeping", next)
-    for i in range(WARMUP_STEPS + steps):
-        if i == WARMUP_STEPS:
-            synchronize(device)
-            dist.barrier()
-            start, cpu_start = time.perf_counter(), time.process_time()
-        x, y = next_batch(it)
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        optimizer.step()
-    synchronize(device)
+class Loop:
+    """One model's training loop, run a block of steps at a time. The next batch is fetched at the end of each step
+    (so an AdaptiveDataLoader's step-boundary work, which runs when the next batch is asked for, belongs to the block
+    of the step it follows)."""
+
+    def __init__(
+        self,
+        batches: Any,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        device: torch.device,
+        profile: Profile | None = None,
+    ) -> None:
+        self.model, self.optimizer, self.device = model, optimizer, device
+        self._it = iter(batches)
+        # with a profile, the loader's own code between batches counts as its bookkeeping
+        self._next = next if profile is None else profile.timed("loader bookkeeping", next)
+        self._batch = self._next(self._it)
+
+    def run(self, steps: int) -> None:
+        for _ in range(steps):
+            x, y = self._batch
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            self.optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(self.model(x), y).backward()
+            self.optimizer.step()
+            self._batch = self._next(self._it)
+
+    def close(self) -> None:
+        if hasattr(self._it, "close"):
+            self._it.close()
+
+
+def timed(loop: Loop, steps: int) -> tuple[float, float]:
+    """Wall and CPU seconds (this process, all threads) of `steps` steps, between barriers so all ranks are in it."""
+    synchronize(loop.device)
     dist.barrier()
-    wall, cpu = time.perf_counter() - start, torch.tensor([time.process_time() - cpu_start])
-    if hasattr(it, "close"):
-        it.close()
-    dist.all_reduce(cpu)
-    return Timing(wall / steps, float(cpu) / steps)
+    wall, cpu = time.perf_counter(), time.process_time()
+    loop.run(steps)
+    synchronize(loop.device)
+    dist.barrier()
+    return time.perf_counter() - wall, time.process_time() - cpu
 
 
 def device_ids(device: torch.device) -> list[int] | None:
     return None if device.type == "cpu" else [device.index or 0]
 
 
-def plain_ddp(setup: Setup, args: argparse.Namespace, device: torch.device) -> Timing:
+def plain_loop(setup: Setup, device: torch.device) -> Loop:
     torch.manual_seed(0)
     model = DistributedDataParallel(small_cnn().to(device), device_ids=device_ids(device))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     sampler: torch.utils.data.DistributedSampler[Any] = torch.utils.data.DistributedSampler(
         setup.data, shuffle=True, seed=0
     )
-    loader = torch.utils.data.DataLoader(setup.data, batch_size=setup.local_bsz, sampler=sampler)
-    return timed_steps(loader, model, optimizer, args.steps, device)
+    return Loop(
+        torch.utils.data.DataLoader(setup.data, batch_size=setup.local_bsz, sampler=sampler), model, optimizer, device
+    )
 
 
-def with_agent(
+def agent_loop(
     setup: Setup, args: argparse.Namespace, device: torch.device, autoscale: bool, profile: Profile | None
-) -> Timing:
-    world_size = dist.get_world_size()
+) -> Loop:
+    torch.manual_seed(0)
+    net = small_cnn().to(device)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    if profile is not None:  # the optimizer's own methods, torch's wrappers around them included, are not the agent
+        optimizer.step = profile.timed(NOT_AGENT, optimizer.step)  # type: ignore[method-assign]
+        optimizer.zero_grad = profile.timed(NOT_AGENT, optimizer.zero_grad)  # type: ignore[method-assign]
+    model = pa.AdaptiveDataParallel(net, optimizer, scaling_rule=pa.AdaScale(), device_ids=device_ids(device))
+    loader = pa.AdaptiveDataLoader(setup.data, batch_size=setup.local_bsz * dist.get_world_size(), shuffle=True)
+    if autoscale:
+        bounds = (setup.local_bsz, setup.local_bsz)
+        loader.autoscale_batch_size(loader.batch_size, bounds, adapt_interval_steps=args.adapt_interval)
+    return Loop(loader, model, optimizer, device, profile)
+
+
+def paired_run(
+    setup: Setup, args: argparse.Namespace, device: torch.device, autoscale: bool, profile: Profile | None
+) -> tuple[Timing, Timing]:
+    """(plain DDP, agent) in one process side by side: each warmed up, then `args.steps` steps of each in blocks of
+    `args.block`, alternating (which goes first alternates too), so both see the same moments of the host's load. The
+    agent's background thread is not paused during plain blocks: what it runs there counts for plain DDP, so the
+    agent's overhead is, if anything, understated by its background work (printed on its own with --profile)."""
     with tempfile.TemporaryDirectory() as tmp:
         agent = pa.init_process_group("gloo", report_path=Path(tmp) / "report.json")  # joins the existing group
-        torch.manual_seed(0)
-        net = small_cnn().to(device)
-        optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-        if profile is not None:  # the optimizer's own methods, torch's wrappers around them included, are not the agent
-            optimizer.step = profile.timed(NOT_AGENT, optimizer.step)  # type: ignore[method-assign]
-            optimizer.zero_grad = profile.timed(NOT_AGENT, optimizer.zero_grad)  # type: ignore[method-assign]
-        model = pa.AdaptiveDataParallel(net, optimizer, scaling_rule=pa.AdaScale(), device_ids=device_ids(device))
-        loader = pa.AdaptiveDataLoader(setup.data, batch_size=setup.local_bsz * world_size, shuffle=True)
-        if autoscale:
-            bounds = (setup.local_bsz, setup.local_bsz)
-            loader.autoscale_batch_size(loader.batch_size, bounds, adapt_interval_steps=args.adapt_interval)
+        loops = (plain_loop(setup, device), agent_loop(setup, args, device, autoscale, profile))
         try:
-            return timed_steps(loader, model, optimizer, args.steps, device, profile)
+            warmups = [timed(loop, warmup_steps(args))[0] for loop in loops]
+            walls, cpus = [0.0, 0.0], [0.0, 0.0]
+            for block in range(math.ceil(args.steps / args.block)):
+                steps = min(args.block, args.steps - block * args.block)
+                for which in (0, 1) if block % 2 == 0 else (1, 0):
+                    wall, cpu = timed(loops[which], steps)
+                    walls[which] += wall
+                    cpus[which] += cpu
         finally:
+            for loop in loops:
+                loop.close()
             agent.close()
+    cpu_sums = torch.tensor(cpus, dtype=torch.float64)
+    dist.all_reduce(cpu_sums)
+    plain, with_agent = (Timing(walls[i] / args.steps, float(cpu_sums[i]) / args.steps, warmups[i]) for i in (0, 1))
+    return plain, with_agent
 
 
 def worker(rank: int, port: int, args: argparse.Namespace, results: Any) -> None:
@@ -265,27 +315,27 @@ def worker(rank: int, port: int, args: argparse.Namespace, results: Any) -> None
     torch.set_num_threads(1)
     device = torch.device(args.device)
     dist.init_process_group("gloo", init_method="env://")
-    examples = (WARMUP_STEPS + args.steps) * args.world_size
+    examples = (warmup_steps(args) + args.steps + 1) * args.world_size
     setups = [Setup(ms, LOCAL_BSZ_BY_STEP_MS[ms], images(examples * LOCAL_BSZ_BY_STEP_MS[ms])) for ms in args.step]
     profiles = {(s.step_ms, name): Profile() for s in setups for name in AGENT_CONFIGS}
-    times: dict[tuple[int, str], list[Timing]] = {(s.step_ms, name): [] for s in setups for name in CONFIGS}
+    # per agent configuration, one (plain DDP, agent) pair of timings per round
+    pairs: dict[tuple[int, str], list[tuple[Timing, Timing]]] = {
+        (s.step_ms, name): [] for s in setups for name in AGENT_CONFIGS
+    }
     for round_index in range(args.rounds):
-        order = CONFIGS[round_index % 3 :] + CONFIGS[: round_index % 3]
+        order = AGENT_CONFIGS if round_index % 2 == 0 else AGENT_CONFIGS[::-1]
         for setup in setups:
             for name in order:
-                if name == "plain DDP":
-                    times[setup.step_ms, name].append(plain_ddp(setup, args, device))
-                    continue
                 autoscale = name == "agent, autoscaling"
                 if not args.profile:
-                    times[setup.step_ms, name].append(with_agent(setup, args, device, autoscale, None))
+                    pairs[setup.step_ms, name].append(paired_run(setup, args, device, autoscale, None))
                     continue
                 profile = profiles[setup.step_ms, name]
                 with profile.installed():
-                    times[setup.step_ms, name].append(with_agent(setup, args, device, autoscale, profile))
-                profile.steps += WARMUP_STEPS + args.steps
+                    pairs[setup.step_ms, name].append(paired_run(setup, args, device, autoscale, profile))
+                profile.steps += warmup_steps(args) + args.steps
     if rank == 0:
-        results.put((times, {key: (dict(p.wall_ns), dict(p.cpu_ns), p.steps) for key, p in profiles.items()}))
+        results.put((pairs, {key: (dict(p.wall_ns), dict(p.cpu_ns), p.steps) for key, p in profiles.items()}))
     dist.destroy_process_group()
 
 
@@ -297,32 +347,58 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def overhead_table(times: dict[tuple[int, str], list[Timing]], args: argparse.Namespace) -> Table:
+def overhead_table(pairs: dict[tuple[int, str], list[tuple[Timing, Timing]]], args: argparse.Namespace) -> Table:
     table = Table(
         title=f"Agent overhead: small CNN, {args.world_size} processes (gloo, {args.device}, 1 thread each); "
-        f"medians of {args.rounds} rounds × {args.steps} steps"
+        f"medians of {args.rounds} rounds × {args.steps} steps (blocks of {args.block}, plain DDP and the agent "
+        f"alternating) after {warmup_steps(args)} of warm-up"
         + ("; PROFILED (wrappers inflate the agent's times)" if args.profile else "")
     )
-    columns = ("step", "configuration", "wall ms / step", "overhead (wall)", "CPU ms / step", "overhead (CPU)")
+    columns = (
+        "step",
+        "configuration",
+        "wall ms / step",
+        "overhead (wall) [quartiles]",
+        "CPU ms / step",
+        "overhead (CPU) [quartiles]",
+        "start-up, ms",
+    )
     for name in columns:
         table.add_column(name, justify="left" if name in ("step", "configuration") else "right")
     for ms in args.step:
-        plain = times[ms, "plain DDP"]
-        for name in CONFIGS:
-            runs = times[ms, name]
-            # overhead: median over rounds of the ratio to plain DDP in the same round (load from other processes
-            # drifts slowly, so pairing cancels most of it)
-            wall_ratio = statistics.median(r.wall_s / p.wall_s for r, p in zip(runs, plain, strict=True))
-            cpu_ratio = statistics.median(r.cpu_s / p.cpu_s for r, p in zip(runs, plain, strict=True))
+        plain = [p for name in AGENT_CONFIGS for p, _ in pairs[ms, name]]
+        table.add_row(
+            f"{ms} ms ({LOCAL_BSZ_BY_STEP_MS[ms]} images)",
+            "plain DDP",
+            f"{1e3 * statistics.median(p.wall_s for p in plain):.2f}",
+            "—",
+            f"{1e3 * statistics.median(p.cpu_s for p in plain):.2f}",
+            "—",
+            "—",
+        )
+        for name in AGENT_CONFIGS:
+            runs = pairs[ms, name]
+            # overhead: median over rounds of the ratio to plain DDP run beside it (block by block, so load from
+            # other processes, which drifts over seconds, falls on both alike)
             table.add_row(
-                f"{ms} ms ({LOCAL_BSZ_BY_STEP_MS[ms]} images)" if name == "plain DDP" else "",
+                "",
                 name,
-                f"{1e3 * statistics.median(r.wall_s for r in runs):.2f}",
-                "—" if name == "plain DDP" else f"{100 * (wall_ratio - 1):+.1f}%",
-                f"{1e3 * statistics.median(r.cpu_s for r in runs):.2f}",
-                "—" if name == "plain DDP" else f"{100 * (cpu_ratio - 1):+.1f}%",
+                f"{1e3 * statistics.median(a.wall_s for _, a in runs):.2f}",
+                overhead_cell([a.wall_s / p.wall_s for p, a in runs]),
+                f"{1e3 * statistics.median(a.cpu_s for _, a in runs):.2f}",
+                overhead_cell([a.cpu_s / p.cpu_s for p, a in runs]),
+                f"{1e3 * statistics.median(a.warmup_wall_s - p.warmup_wall_s for p, a in runs):+.0f}",
             )
     return table
+
+
+def overhead_cell(ratios: list[float]) -> str:
+    """The median ratio to plain DDP as a percentage, with the quartiles over rounds."""
+    median = statistics.median(ratios)
+    if len(ratios) < 2:
+        return f"{100 * (median - 1):+.1f}%"
+    low, _, high = statistics.quantiles(ratios, n=4)
+    return f"{100 * (median - 1):+.1f}% [{100 * (low - 1):+.1f}, {100 * (high - 1):+.1f}]"
 
 
 def profile_table(profiles: dict[tuple[int, str], tuple[dict[str, int], dict[str, int], int]], args: Any) -> Table:
@@ -351,8 +427,9 @@ def profile_table(profiles: dict[tuple[int, str], tuple[dict[str, int], dict[str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--step", type=int, nargs="+", choices=sorted(LOCAL_BSZ_BY_STEP_MS), default=[20, 10])
-    parser.add_argument("--steps", type=int, default=30, help="timed steps per configuration and round")
+    parser.add_argument("--steps", type=int, default=200, help="timed steps per configuration and round")
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--block", type=int, default=10, help="steps of one side before the other takes over")
     parser.add_argument("--adapt-interval", type=int, default=25, help="steps between batch-size decisions")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (every process on the one GPU)")
     parser.add_argument("--world-size", type=int, default=2, help="processes")
@@ -364,9 +441,9 @@ def main() -> None:
     ctx = mp.get_context("spawn")
     results = ctx.SimpleQueue()
     mp.start_processes(worker, args=(free_port(), args, results), nprocs=args.world_size, start_method="spawn")
-    times, profiles = results.get()
-    console = Console(width=160)
-    console.print(overhead_table(times, args))
+    pairs, profiles = results.get()
+    console = Console(width=180)
+    console.print(overhead_table(pairs, args))
     if args.profile:
         console.print(profile_table(profiles, args))
 
