@@ -41,11 +41,11 @@ def goodput_table(job: JobView, max_gpus: int, gpus_per_replica: int = 1) -> np.
 
 
 class GoodputTables:
-    """`goodput_table` memoized: jobs with the same model, statistics, batch bounds and GPU bound share one table (a
-    workload that issues every job k times, as Sia's scale workloads do, has k alike), within a round and, for the
-    tables a round asks for again (a waiting job's, a job's whose model and statistics did not change), from the
-    round before (`new_round`). A table is a pure function of its key, so no result depends on what is kept. The
-    tables are shared, so callers must not write into them."""
+    """`goodput_table` memoized: jobs with the same model, statistics, batch bounds, GPU bound and replica shape share
+    one table (a workload that issues every job k times, as Sia's scale workloads do, has k alike), within a round
+    and, for the tables a round asks for again (a waiting job's, a job's whose model and statistics did not change),
+    from the round before (`new_round`). A table is a pure function of its key, so no result depends on what is
+    kept. The tables are shared, so callers must not write into them."""
 
     def __init__(self) -> None:
         self._tables: dict[tuple[object, ...], np.ndarray] = {}
@@ -66,7 +66,18 @@ class GoodputTables:
         """`goodput_table` of `job` with the throughput model `params`, per-GPU batch `bounds` and GPUs per replica
         (those of the GPU type asked about)."""
         stats, batch = job.grad_stats, job.batch_size
-        key = (params, stats, job.init_batch_size, job.max_batch_size, bounds, batch, max_gpus, gpus_per_replica)
+        # pipelined: no accumulation (`goodput_table`), even on a type where its replica is one GPU
+        key = (
+            params,
+            stats,
+            job.init_batch_size,
+            job.max_batch_size,
+            bounds,
+            batch,
+            max_gpus,
+            gpus_per_replica,
+            job.pipelined,
+        )
         table = self._tables.get(key)
         if table is None:
             table = self._last.get(key)

@@ -4,9 +4,11 @@ Pollux allocates whole replicas each on one node, and every other policy refuses
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import pytest
+from policy_jobs import PARAMS, view
 
 from pollux.cluster import Allocation, Cluster, NodeGroup, validate_allocations
 from pollux.engine import Decision, Scheduler
@@ -17,7 +19,7 @@ from pollux.policies.facts import JobFacts, job_view
 from pollux.policies.pollux import PolluxPolicy
 from pollux.policies.registry import POLICIES, make_policy, policy_class
 from pollux.policies.replicas import lay_out_replicas, refuse_pipelines, replica_problem
-from pollux.policies.speedup import goodput_table
+from pollux.policies.speedup import GoodputTables, goodput_table
 
 A100 = ThroughputParams(alpha_c=20.0, beta_c=0.02, alpha_r=0.01, beta_r=0.002, alpha_n=0.28, beta_n=0.07, gamma=1.2)
 RTX = ThroughputParams(alpha_c=16.0, beta_c=0.01, alpha_r=0.3, beta_r=0.01, alpha_n=0.4, beta_n=0.1, gamma=1.2)
@@ -200,3 +202,17 @@ def test_the_engine_refuses_a_pipelined_job_under_a_policy_that_does_not_allocat
         Scheduler(make_policy("fifo"), backend).step(60.0)
     assert backend.applied == []
     assert [name for name in POLICIES if policy_class(name).whole_replicas] == ["pollux"]
+
+
+def test_memoized_goodput_tables_keep_a_pipelined_job_apart_from_a_data_parallel_one_on_a_one_gpu_replica_type():
+    """A pipelined job never accumulates, even on a type where its replica is one GPU: the memo must not hand it the
+    table of a data-parallel job that is otherwise the same (nor the reverse)."""
+    stats = GradientStats(sqr=1.0, var=50.0)
+    data_parallel = replace(view("dp", batch_size=None, params=PARAMS, max_gpus=8), grad_stats=stats)
+    pipelined = replace(data_parallel, name="pp", gpus_per_replica_by_type={"a100": 1, "rtx": 4})
+    assert pipelined.pipelined and pipelined.gpus_per_replica("a100") == 1
+    expected = {job.name: goodput_table(job, 8) for job in (data_parallel, pipelined)}
+    assert not np.array_equal(expected["dp"], expected["pp"])  # accumulation lets the data-parallel job go further
+    tables = GoodputTables()
+    for job in (data_parallel, pipelined, data_parallel):
+        assert np.array_equal(tables(job, 8, PARAMS, job.local_bsz_bounds), expected[job.name])
