@@ -10,10 +10,11 @@ thread each. Two step sizes: `--step 20` (32 images per process and step, about 
 the local and averaged gradients' squared norms, the statistics' all-reduce and noise-scale update every 4 steps,
 and the LR scaling. "agent, autoscaling" also refits the throughput model, re-decides the batch (bounds pin it to
 the same size, so the arithmetic stays comparable) every `--adapt-interval` steps, and keeps its report file current.
-Configurations alternate within each round (their order rotates from round to round); the overheads are medians over
-rounds of the ratio to plain DDP in the same round, so load from other processes on the host largely cancels. CPU
-time (both processes, all threads) is the steadier yardstick of the agent's own work; wall time is what a job sees.
-Beside each median, the quartiles of the per-round ratios show how far one round can stray on this host.
+Each round runs every agent configuration beside plain DDP in one process, the two taking turns in blocks of
+`--block` steps, so load from other processes on the host, which drifts over seconds, falls on both alike; the
+overheads are medians over rounds of the agent's time over plain DDP's in the same run. CPU time (both processes, all
+threads) is the steadier yardstick of the agent's own work; wall time is what a job sees. Beside each median, the
+quartiles of the per-round ratios show how far one round can stray on this host.
 
 What is timed is a job in its steady state. Every run starts a fresh agent, and a fresh agent pays once per
 incarnation for what a running job does not pay again: the thread that fits and writes reports starts, the first
@@ -56,8 +57,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import pollux.agent as pa
 
-CONFIGS = ("plain DDP", "agent, fixed batch", "agent, autoscaling")
-AGENT_CONFIGS = CONFIGS[1:]
+AGENT_CONFIGS = ("agent, fixed batch", "agent, autoscaling")  # each timed beside plain DDP
 # --step: images per process and step that give a plain DDP step of about that many ms (quiet 2-core machine, CPU)
 LOCAL_BSZ_BY_STEP_MS = {20: 32, 10: 12}
 WARMUP_AFTER_FIRST_DECISION = 5  # steps of warm-up after the first batch decision (its fit and report finish then)
