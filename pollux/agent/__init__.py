@@ -20,7 +20,7 @@ AdaptiveDataLoader (the first created); iterate epochs with `remaining_epochs_un
 Schedule the LR by epoch or by `model.progress` (M0-steps), not by step count: steps change size.
 
 Environment: `POLLUX_CHECKPOINT_DIR` (checkpoints; SIGTERM → finish the step, save, exit 143; with several
-replicas the stop waits for their next agreement, at most `statistics_interval_steps` + 1 steps),
+replicas the stop waits for their next agreement: about 0.2 s of training, or one step where steps are longer),
 `POLLUX_REPORT_PATH` (the JSON report the scheduler reads; schema in docs/agent-report-schema.md),
 `POLLUX_JOB_NAME`, `POLLUX_NUM_NODES` (override the host count), `POLLUX_METRICS_PATH` (where
 `report_metric(accuracy=..., step=epoch)` appends the script's own metrics for `pollux tune`: `pollux.agent.metrics`).

@@ -6,8 +6,13 @@ same step. All three ride on one small all-reduce. On
 a busy host a collective costs a millisecond or more (every process must be scheduled), as much as the agent's
 other per-step work together, so:
 
-- steps are pooled into windows of `interval_steps` (the estimators are linear in the squared norms, so summing a
-  window of steps of one batch configuration and updating once is the same estimate as updating per step);
+- steps are pooled into windows (the estimators are linear in the squared norms, so summing a window of steps of one
+  batch configuration and updating once is the same estimate as updating per step). A window spans about
+  `WINDOW_TARGET_S` of training, whatever a step takes: each exchange carries the replicas' measured time per step,
+  and every replica derives the next window's length in steps from the same all-reduced value, so they stay in
+  lockstep. A fixed count of steps would be too many exchanges where steps are short (on a busy 2-core host, one
+  exchange costs ~1.4 ms of wall time: every 4 steps of 10 ms that was a quarter of the agent's cost) and too long a
+  wait for a stop request where steps are long;
 - a window's all-reduce is launched asynchronously and waited for one step later, so its round trip hides behind
   that step's forward and backward pass.
 
@@ -17,13 +22,14 @@ step's forward and backward included, so the host would lose its lead on the dev
 on a side stream instead, after only the window's own sums (and its all-reduce), into pinned memory. One process pools
 its windows the same way, without the all-reduce, and reads nothing back for a window in which nothing was measured.
 
-The price: a stop or checkpoint request takes effect up to `interval_steps` + 1 steps later, and the estimate lags as
-much. Every replica opens and closes windows at the same steps and waits in the same order, so collectives
-always match.
+The price: a stop or checkpoint request takes effect one window and one step later (about `WINDOW_TARGET_S`, or
+one step where a step is longer), and the estimate lags as much. Every replica opens and closes windows at the
+same steps and waits in the same order, so collectives always match.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +37,10 @@ import torch
 import torch.distributed as dist
 
 from pollux.agent.gns import NoiseScaleEstimator
+
+WINDOW_TARGET_S = 0.2  # training time one exchange window spans (its steps follow the measured step time)
+FIRST_WINDOW_STEPS = 4  # before any step time is known
+MAX_WINDOW_STEPS = 64  # however short the steps: the estimate's and a stop's lag stay bounded in steps too
 
 
 @dataclass
@@ -57,8 +67,8 @@ class _Window:
 
 @dataclass(frozen=True)
 class _InFlight:
-    # distributed: (Σ local |g_micro|², Σ |G_big|², micro-gradient count, stop flag, checkpoint flag), all-reduced;
-    # one process: the window's two sums
+    # distributed: (Σ local |g_micro|², Σ |G_big|², micro-gradient count, stop flag, checkpoint flag, seconds per
+    # step), all-reduced; one process: the window's two sums
     values: torch.Tensor
     work: Any  # None for one process: nothing to wait for
     ready: Any  # on a GPU: an event after the kernels that produced `values`
@@ -67,20 +77,27 @@ class _InFlight:
 
 class StatisticsExchange:
     """Windows of steps → one async all-reduce each → noise-scale updates, the agreed stop and checkpoint flags.
-    `distributed=False` (one process): windows without the all-reduce, flags not carried."""
+    `interval_steps`: a fixed window length in steps; None (the default) follows the step time, a window spanning
+    about `window_s`. `distributed=False` (one process): windows without the all-reduce, flags not carried."""
 
     def __init__(
         self,
         noise: NoiseScaleEstimator,
-        interval_steps: int = 4,
+        interval_steps: int | None = None,
         *,
         distributed: bool = True,
         device: torch.device | None = None,
+        window_s: float = WINDOW_TARGET_S,
     ) -> None:
-        if interval_steps < 1:
-            raise ValueError(f"interval_steps must be >= 1, got {interval_steps}")
+        if interval_steps is not None and interval_steps < 1:
+            raise ValueError(f"interval_steps must be >= 1 (or None: follow the step time), got {interval_steps}")
+        if not window_s > 0:
+            raise ValueError(f"window_s must be > 0, got {window_s}")
         self.noise = noise
-        self.interval_steps = interval_steps
+        self.adaptive = interval_steps is None
+        self.interval_steps = FIRST_WINDOW_STEPS if interval_steps is None else interval_steps
+        self.window_s = window_s
+        self._closed_at: float | None = None  # when the last window closed: the next one's steps ran since
         self.distributed = distributed
         self.device = device or torch.device("cpu")
         self.stop_agreed = False
@@ -140,24 +157,33 @@ class StatisticsExchange:
         if window is None:
             return
         self._complete()
+        now = time.perf_counter()
+        step_s = 0.0 if self._closed_at is None else (now - self._closed_at) / window.steps  # 0: not known yet
+        self._closed_at = now
         sums = window.sqr_sums
         if self.distributed:
             if sums is None:
                 sums = torch.zeros(2, dtype=torch.float64, device=self.device)
             flags = torch.tensor(
-                [window.local_count, float(stop_requested), float(checkpoint_due)], dtype=torch.float64
+                [window.local_count, float(stop_requested), float(checkpoint_due), step_s], dtype=torch.float64
             )
             values = torch.cat([sums, flags.to(self.device, non_blocking=True)])  # a host-to-device copy, no sync
             work = dist.all_reduce(values, async_op=True)
-        elif sums is None:
-            return  # one process, nothing measured: nothing to learn from this window
         else:
+            self._follow_step_time(step_s)  # one process: nothing to agree on
+            if sums is None:
+                return  # nothing measured: nothing to learn from this window
             values, work = sums, None
         ready = None
         if self._side_stream is not None:
             ready = torch.cuda.Event()
             ready.record()
         self._in_flight = _InFlight(values, work, ready, window)
+
+    def _follow_step_time(self, step_s: float) -> None:
+        """Size the next windows to span about `window_s` at `step_s` seconds per step (0: unknown, no change)."""
+        if self.adaptive and step_s > 0:
+            self.interval_steps = max(1, min(MAX_WINDOW_STEPS, round(self.window_s / step_s)))
 
     def _read_back(self, in_flight: _InFlight) -> list[float]:
         """The window's values on the host, waiting for its all-reduce and the kernels that produced them only."""
@@ -181,8 +207,10 @@ class StatisticsExchange:
             return
         window = in_flight.window
         if self.distributed:
-            local_sqr, global_sqr, count, stop, checkpoint = self._read_back(in_flight)  # the window's one read-back
-            global_sqr /= dist.get_world_size()  # every replica added the same |G_big|²
+            local_sqr, global_sqr, count, stop, checkpoint, step_s = self._read_back(in_flight)  # its one read-back
+            world_size = dist.get_world_size()
+            global_sqr /= world_size  # every replica added the same |G_big|²
+            self._follow_step_time(step_s / world_size)  # the same value on every replica: the same next window
             if stop > 0:
                 self.stop_agreed = True
             if checkpoint > 0:

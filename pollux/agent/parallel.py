@@ -39,12 +39,12 @@ class AdaptiveDataParallel(DistributedDataParallel):
 
     `scaling_rule` defaults to `AdaScale()`. `gns_smoothing` is the EMA factor per M0-batch of examples for the
     gradient statistics; `statistics_interval_steps` how many steps the replicas pool before exchanging them (and
-    a stop request), see pollux.agent.exchange; `measure_every_steps`: the gradients' norms are taken on one step
-    in that many (two in a row where one gradient per step is paired with the previous one). The estimate is an
-    average over hundreds of steps, so measuring all of them buys little precision for its cost: a norm per
-    parameter per step is the largest part of the agent's work in a short step. Other keyword arguments go to
-    `DistributedDataParallel`. Construct it after `init_process_group`: on a restart it loads the checkpointed
-    model, optimizer and scheduler.
+    a stop request), None (the default) as many as take about 0.2 s, see pollux.agent.exchange;
+    `measure_every_steps`: the gradients' norms are taken on one step in that many (two in a row where one gradient
+    per step is paired with the previous one). The estimate is an average over hundreds of steps, so measuring all
+    of them buys little precision for its cost: a norm per parameter per step is the largest part of the agent's
+    work in a short step. Other keyword arguments go to `DistributedDataParallel`. Construct it after
+    `init_process_group`: on a restart it loads the checkpointed model, optimizer and scheduler.
     """
 
     def __init__(
@@ -56,7 +56,7 @@ class AdaptiveDataParallel(DistributedDataParallel):
         *,
         name: str = "model",
         gns_smoothing: float = 0.999,
-        statistics_interval_steps: int = 4,
+        statistics_interval_steps: int | None = None,
         measure_every_steps: int = 4,
         agent: AgentContext | None = None,
         **ddp_kwargs: Any,

@@ -11,6 +11,8 @@ import pytest
 pytest.importorskip("torch", reason="the agent needs torch: make test installs it (pip install -e '.[agent]')")
 from agent_launch import logs, run
 
+from pollux.agent.exchange import FIRST_WINDOW_STEPS
+
 pytestmark = pytest.mark.e2e  # real processes: run by `make test`; `pytest -m "not e2e"` skips them
 
 MODES = {
@@ -34,6 +36,11 @@ def test_measured_noise_scale_matches_the_analytic_value_within_20_percent(tmp_p
     result = measure(tmp_path, nprocs, args)
     assert result["analytic_noise_scale"] == pytest.approx(64.0, rel=1e-6)
     assert result["noise_scale"] == pytest.approx(result["analytic_noise_scale"], rel=0.2)
+    # the exchange's windows follow the step time (steps of ~1 ms: far more than the first window's 4 steps) and
+    # every replica sizes them alike, or their all-reduces would not pair up
+    windows = [json.loads((tmp_path / f"result.json.windows.rank{r}").read_text()) for r in range(nprocs)]
+    assert all(w == windows[0] for w in windows)
+    assert windows[0][0] == FIRST_WINDOW_STEPS and max(windows[0]) > FIRST_WINDOW_STEPS
 
 
 def test_adam_noise_scale_is_measured_in_the_preconditioned_space(tmp_path):

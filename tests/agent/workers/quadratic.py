@@ -84,6 +84,7 @@ def main() -> None:
         loader.autoscale_batch_size(args.batch_size, (local, local), True)
 
     batches: list[int] = []
+    windows: list[int] = []  # the statistics exchange's window length in steps after every step
     for _ in pa.remaining_epochs_until(args.epochs):
         for (x,) in loader:
             optimizer.zero_grad()
@@ -92,6 +93,7 @@ def main() -> None:
             ddp(x).backward()
             optimizer.step()
             batches.append(loader.current_batch_size)
+            windows.append(ddp._exchange.interval_steps)
 
     stats = ddp.grad_stats
     denom = None
@@ -101,6 +103,8 @@ def main() -> None:
     sigma2 = (xi.astype(np.float64) ** 2).mean(axis=0)
     weights = np.ones_like(sigma2) if denom is None else 1.0 / denom.astype(np.float64) ** 2
     analytic = float((sigma2 * weights).sum() / ((theta**2) * weights).sum())
+    with open(f"{args.out}.windows.rank{agent.rank}", "w") as f:
+        json.dump(windows, f)
     if agent.rank == 0:
         with open(args.out, "w") as f:
             json.dump(
