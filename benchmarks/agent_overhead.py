@@ -25,8 +25,9 @@ include what a running job pays periodically: statistics exchanges, batch decisi
 
 `--profile` also times the agent's own functions (rank 0, exclusive of what they call: the model's forward and
 backward, the optimizer's update and the data loading are not the agent's) by wrapping them for the agent runs only,
-and prints microseconds per step by part. The wrappers cost about a microsecond per call themselves, so a profiled
-run's times are not the overhead figures: those come from a run without `--profile`.
+and prints microseconds per step by part, over the timed steps only (what a run's warm-up pays once is its start-up;
+the first fit of a process also imports scipy, half a second). The wrappers cost about a microsecond per call
+themselves, so a profiled run's times are not the overhead figures: those come from a run without `--profile`.
 """
 
 from __future__ import annotations
@@ -134,6 +135,7 @@ class Profile:
         self.wall_ns: dict[str, int] = defaultdict(int)
         self.cpu_ns: dict[str, int] = defaultdict(int)
         self.steps = 0
+        self.recording = False  # only the timed steps count, as in the overhead figures: not a run's warm-up
         self._local = threading.local()
 
     def timed(self, part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -147,8 +149,9 @@ class Profile:
             finally:
                 cpu, wall = time.thread_time_ns() - cpu, time.perf_counter_ns() - wall
                 child_wall, child_cpu = stack.pop()
-                self.wall_ns[part] += wall - child_wall
-                self.cpu_ns[part] += cpu - child_cpu
+                if self.recording:
+                    self.wall_ns[part] += wall - child_wall
+                    self.cpu_ns[part] += cpu - child_cpu
                 if stack:
                     stack[-1][0] += wall
                     stack[-1][1] += cpu
@@ -287,6 +290,8 @@ def paired_run(
         loops = (plain_loop(setup, device), agent_loop(setup, args, device, autoscale, profile))
         try:
             warmups = [timed(loop, warmup_steps(args))[0] for loop in loops]
+            if profile is not None:
+                profile.recording = True
             walls, cpus = [0.0, 0.0], [0.0, 0.0]
             for block in range(math.ceil(args.steps / args.block)):
                 steps = min(args.block, args.steps - block * args.block)
@@ -295,6 +300,8 @@ def paired_run(
                     walls[which] += wall
                     cpus[which] += cpu
         finally:
+            if profile is not None:
+                profile.recording = False
             for loop in loops:
                 loop.close()
             agent.close()
@@ -333,7 +340,7 @@ def worker(rank: int, port: int, args: argparse.Namespace, results: Any) -> None
                 profile = profiles[setup.step_ms, name]
                 with profile.installed():
                     pairs[setup.step_ms, name].append(paired_run(setup, args, device, autoscale, profile))
-                profile.steps += warmup_steps(args) + args.steps
+                profile.steps += args.steps
     if rank == 0:
         results.put((pairs, {key: (dict(p.wall_ns), dict(p.cpu_ns), p.steps) for key, p in profiles.items()}))
     dist.destroy_process_group()
