@@ -143,13 +143,14 @@ class Profile:
         def call(*args: Any, **kwargs: Any) -> Any:
             stack = self._local.__dict__.setdefault("stack", [])
             stack.append([0, 0])
+            recording = self.recording  # a call belongs to when it started: a warm-up's fit may end in timed steps
             wall, cpu = time.perf_counter_ns(), time.thread_time_ns()
             try:
                 return fn(*args, **kwargs)
             finally:
                 cpu, wall = time.thread_time_ns() - cpu, time.perf_counter_ns() - wall
                 child_wall, child_cpu = stack.pop()
-                if self.recording:
+                if recording:
                     self.wall_ns[part] += wall - child_wall
                     self.cpu_ns[part] += cpu - child_cpu
                 if stack:

@@ -428,7 +428,8 @@ class AgentContext:
         return self._background.submit(fn, *args)
 
     def _background_running(self) -> bool:
-        return any(f is not None and not f.done() for f in (self._fit and self._fit[1], self._report_write))
+        fit, write = self._fit, self._report_write  # asked every step: plain tests, no generator
+        return (fit is not None and not fit[1].done()) or (write is not None and not write.done())
 
     def _step_was_undisturbed(self) -> bool:
         """Rank 0: whether no fit or report write ran during the step that just ended, and restart the check for

@@ -234,7 +234,7 @@ class AdaptiveDataParallel(DistributedDataParallel):
         finally:
             for group, lr in zip(groups, base_lrs, strict=True):
                 group["lr"] = lr
-        self.last_lr_factor = factor
+        object.__setattr__(self, "last_lr_factor", factor)  # a float: nn.Module's slower __setattr__ has no say
         agent.m0_steps += self._progress_gain.lr_factor(batch_size, init_batch_size, stats)
         agent.steps += 1
         agent.examples += batch_size

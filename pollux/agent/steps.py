@@ -13,13 +13,12 @@ is the whole span from the first micro-batch to the next step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from pollux.agent.sampler import MicroBatch
 
 
-@dataclass(frozen=True)
-class StepTiming:
+class StepTiming(NamedTuple):  # one per step: a tuple is made faster than a frozen dataclass
     compute_s: float  # mean forward + backward time of one micro-batch
     step_s: float  # the whole optimizer step
     micro_steps: int
