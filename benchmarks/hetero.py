@@ -10,7 +10,9 @@ shares). Published rows are Table 3's:
 `pollux` beside Sia, `pollux-unaware` beside the paper's Pollux, `gavel` beside Gavel+TunedJobs. On a whole
 trace, two rows follow `pollux`'s: Sia's own code rerun on the same workloads (`SIA_RERUN`) beside Table 3, and
 `pollux` beside that rerun, then a line comparing the two workload by workload. On Helios, a line puts `gavel` beside
-the artifact's own Gavel rerun (`GAVEL_RERUN_WORKLOADS`), workload by workload, and over all 10.
+the artifact's own Gavel rerun (`GAVEL_RERUN_WORKLOADS`), workload by workload, and over all 10. A line per
+simulation as it finishes (a whole trace takes tens of minutes), each also appended to `table3-<trace>.jsonl` in the
+plot's folder.
 
 With `--by-application`, a second table per trace says where each policy's JCT goes, model by model: its share of
 the summed JCT, mean JCT against the job alone on its share of the cluster (`isolated`), restarts, queueing and
@@ -338,56 +340,55 @@ def main() -> None:
     policies = args.policy or list(POLICIES)
     console = Console(width=170)
     started = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=args.processes) as pool:
-        for trace in traces:
-            count = min(args.workloads or TRACES[trace], TRACES[trace])
-            workloads = [f"{trace}/workload-{i}" for i in range(1, count + 1)]
-            tasks = [(p, w) for p in policies for w in workloads]
-            outcomes = pool.map(run_one, *zip(*tasks, strict=True), [settings] * len(tasks))
-            runs = dict(zip(tasks, outcomes, strict=True))
-            table = Table(title=f"{trace}: {count} workloads on sia-heterogeneous, ours / published (Table 3)")
-            for column in ("policy", "avg JCT h", "± h", "p99 h", "makespan h", "GPU-h/job", "contention", "Sia ρ"):
-                table.add_column(column, justify="left" if column == "policy" else "right")
-            table.add_column("round ms", justify="right")
-            for policy in policies:
-                mine = [runs[policy, w] for w in workloads]
-                pooled = np.concatenate([r.jcts_s for r in mine]) / HOUR
-                means = [np.mean(r.jcts_s) / HOUR for r in mine]
-                ours = (
-                    float(pooled.mean()),
-                    float(np.percentile(pooled, 99)),
-                    float(np.mean([r.makespan_s for r in mine]) / HOUR),
-                    float(np.mean([r.gpu_hours_per_job for r in mine])),
-                )
-                published = TABLE_3.get((trace, policy))
-                cells = [f"{v:.2f}" for v in ours] if published is None else against(ours, published, 1)
-                label = policy if published is None else f"{policy} (vs {published.policy})"
-                mean_contention = np.mean([r.contention_mean for r in mine])
-                contention = f"{mean_contention:.1f} / {max(r.contention_max for r in mine):.0f}"
-                unfair = np.mean([r.sia_unfair_share for r in mine])
-                fairness = f"{max(r.sia_worst_fairness for r in mine):.2f} / {unfair:.1%}"
-                round_ms = f"{np.median([r.round_s for r in mine]) * 1000:.0f}"
-                table.add_row(label, cells[0], f"{np.std(means):.2f}", *cells[1:], contention, fairness, round_ms)
-                if policy == "pollux" and count == TRACES[trace]:
-                    rerun, sia = SIA_RERUN[trace], TABLE_3[trace, "pollux"]
-                    for name, row in (
-                        (f"{rerun.policy} (vs Sia)", against(rerun.metrics, sia, 1)),
-                        ("pollux (vs Sia's code)", against(ours, rerun, 2)),
-                    ):
-                        table.add_row(name, row[0], "", *row[1:])
-            console.print(table)
-            if "pollux" in policies and count == TRACES[trace]:
-                pollux_h = [float(np.mean(runs["pollux", w].jcts_s)) / HOUR for w in workloads]
-                pairs = list(zip(pollux_h, SIA_RERUN_WORKLOADS[trace], strict=True))
-                lower = sum(p < sia for p, sia in pairs)
-                listed = ", ".join(f"{p:.3f}/{sia:.3f}" for p, sia in pairs)
-                console.print(f"pollux / Sia's code, avg JCT h per workload: lower on {lower} of {count}: {listed}")
-            if "gavel" in policies and trace == "saturn":
-                console.print(gavel_line([float(np.mean(runs["gavel", w].jcts_s)) / HOUR for w in workloads]))
-            if args.by_application:
-                console.print(
-                    application_table(trace, count, policies, [[runs[p, w] for w in workloads] for p in policies])
-                )
+    for trace in traces:
+        count = min(args.workloads or TRACES[trace], TRACES[trace])
+        workloads = [f"{trace}/workload-{i}" for i in range(1, count + 1)]
+        tasks = [(p, w) for p in policies for w in workloads]
+        log = Path(args.plot).parent / f"table3-{trace}.jsonl"  # a line per run as it ends, as for --rates
+        runs = run_with_progress(tasks, settings, args.processes, log, console)
+        table = Table(title=f"{trace}: {count} workloads on sia-heterogeneous, ours / published (Table 3)")
+        for column in ("policy", "avg JCT h", "± h", "p99 h", "makespan h", "GPU-h/job", "contention", "Sia ρ"):
+            table.add_column(column, justify="left" if column == "policy" else "right")
+        table.add_column("round ms", justify="right")
+        for policy in policies:
+            mine = [runs[policy, w] for w in workloads]
+            pooled = np.concatenate([r.jcts_s for r in mine]) / HOUR
+            means = [np.mean(r.jcts_s) / HOUR for r in mine]
+            ours = (
+                float(pooled.mean()),
+                float(np.percentile(pooled, 99)),
+                float(np.mean([r.makespan_s for r in mine]) / HOUR),
+                float(np.mean([r.gpu_hours_per_job for r in mine])),
+            )
+            published = TABLE_3.get((trace, policy))
+            cells = [f"{v:.2f}" for v in ours] if published is None else against(ours, published, 1)
+            label = policy if published is None else f"{policy} (vs {published.policy})"
+            mean_contention = np.mean([r.contention_mean for r in mine])
+            contention = f"{mean_contention:.1f} / {max(r.contention_max for r in mine):.0f}"
+            unfair = np.mean([r.sia_unfair_share for r in mine])
+            fairness = f"{max(r.sia_worst_fairness for r in mine):.2f} / {unfair:.1%}"
+            round_ms = f"{np.median([r.round_s for r in mine]) * 1000:.0f}"
+            table.add_row(label, cells[0], f"{np.std(means):.2f}", *cells[1:], contention, fairness, round_ms)
+            if policy == "pollux" and count == TRACES[trace]:
+                rerun, sia = SIA_RERUN[trace], TABLE_3[trace, "pollux"]
+                for name, row in (
+                    (f"{rerun.policy} (vs Sia)", against(rerun.metrics, sia, 1)),
+                    ("pollux (vs Sia's code)", against(ours, rerun, 2)),
+                ):
+                    table.add_row(name, row[0], "", *row[1:])
+        console.print(table)
+        if "pollux" in policies and count == TRACES[trace]:
+            pollux_h = [float(np.mean(runs["pollux", w].jcts_s)) / HOUR for w in workloads]
+            pairs = list(zip(pollux_h, SIA_RERUN_WORKLOADS[trace], strict=True))
+            lower = sum(p < sia for p, sia in pairs)
+            listed = ", ".join(f"{p:.3f}/{sia:.3f}" for p, sia in pairs)
+            console.print(f"pollux / Sia's code, avg JCT h per workload: lower on {lower} of {count}: {listed}")
+        if "gavel" in policies and trace == "saturn":
+            console.print(gavel_line([float(np.mean(runs["gavel", w].jcts_s)) / HOUR for w in workloads]))
+        if args.by_application:
+            console.print(
+                application_table(trace, count, policies, [[runs[p, w] for w in workloads] for p in policies])
+            )
     console.print(f"total wall time {time.perf_counter() - started:.1f} s (this machine; round ms is per policy round)")
 
 
