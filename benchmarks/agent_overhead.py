@@ -6,10 +6,11 @@ Run: .venv/bin/python -m benchmarks.agent_overhead [--step 20 10] [--steps 200] 
 Both sides train the same CNN (examples/cifar_like_cnn.py) on the same synthetic images with SGD, 2 processes of one
 thread each. Two step sizes: `--step 20` (32 images per process and step, about 20 ms per plain DDP step on a quiet
 2-core machine) and `--step 10` (12 images, about 10 ms), where a fixed per-step cost weighs twice as much.
-"agent, fixed batch" adds what every step pays: the elastic loader's bookkeeping, a hook per parameter (timing),
-the local and averaged gradients' squared norms, the statistics' all-reduce and noise-scale update every 4 steps,
-and the LR scaling. "agent, autoscaling" also refits the throughput model, re-decides the batch (bounds pin it to
-the same size, so the arithmetic stays comparable) every `--adapt-interval` steps, and keeps its report file current.
+"agent, fixed batch" adds what every step pays: the elastic loader's bookkeeping, a hook per parameter (timing), the
+local and averaged gradients' squared norms (one step in 4), the statistics' all-reduce and noise-scale update (once per
+exchange window, about 0.2 s), and the LR scaling. "agent, autoscaling" also refits the throughput model, re-decides the
+batch (bounds pin it to the same size, so the arithmetic stays comparable) every `--adapt-interval` steps, and keeps its
+report file current.
 Each round runs every agent configuration beside plain DDP in one process, the two taking turns in blocks of
 `--block` steps, so load from other processes on the host, which drifts over seconds, falls on both alike; the
 overheads are medians over rounds of the agent's time over plain DDP's in the same run. CPU time (both processes, all

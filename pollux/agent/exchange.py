@@ -78,7 +78,7 @@ class _InFlight:
 class StatisticsExchange:
     """Windows of steps → one async all-reduce each → noise-scale updates, the agreed stop and checkpoint flags.
     `interval_steps`: a fixed window length in steps; None (the default) follows the step time, a window spanning
-    about `window_s`. `distributed=False` (one process): windows without the all-reduce, flags not carried."""
+    about `WINDOW_TARGET_S`. `distributed=False` (one process): windows without the all-reduce, flags not carried."""
 
     def __init__(
         self,
@@ -87,16 +87,12 @@ class StatisticsExchange:
         *,
         distributed: bool = True,
         device: torch.device | None = None,
-        window_s: float = WINDOW_TARGET_S,
     ) -> None:
         if interval_steps is not None and interval_steps < 1:
             raise ValueError(f"interval_steps must be >= 1 (or None: follow the step time), got {interval_steps}")
-        if not window_s > 0:
-            raise ValueError(f"window_s must be > 0, got {window_s}")
         self.noise = noise
         self.adaptive = interval_steps is None
         self.interval_steps = FIRST_WINDOW_STEPS if interval_steps is None else interval_steps
-        self.window_s = window_s
         self._closed_at: float | None = None  # when the last window closed: the next one's steps ran since
         self.distributed = distributed
         self.device = device or torch.device("cpu")
@@ -181,9 +177,10 @@ class StatisticsExchange:
         self._in_flight = _InFlight(values, work, ready, window)
 
     def _follow_step_time(self, step_s: float) -> None:
-        """Size the next windows to span about `window_s` at `step_s` seconds per step (0: unknown, no change)."""
+        """Size the next windows to span about `WINDOW_TARGET_S` at `step_s` seconds per step (0: unknown, no
+        change)."""
         if self.adaptive and step_s > 0:
-            self.interval_steps = max(1, min(MAX_WINDOW_STEPS, round(self.window_s / step_s)))
+            self.interval_steps = max(1, min(MAX_WINDOW_STEPS, round(WINDOW_TARGET_S / step_s)))
 
     def _read_back(self, in_flight: _InFlight) -> list[float]:
         """The window's values on the host, waiting for its all-reduce and the kernels that produced them only."""
