@@ -6,6 +6,7 @@ A `GoodputFunction` is the whole of what a scheduler needs to know about a job: 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,21 +92,23 @@ class GoodputFunction:
         max_batch_size: int | None = None,
         local_bsz_bounds: tuple[int, int] | None = None,
         accumulation: bool = False,
+        one_node_gpus: int | None = None,
     ) -> np.ndarray:
         """The best goodput on K = 0…max_gpus GPUs, row 0 on one node, row 1 across nodes: `optimize`'s goodput on
-        that (2, max_gpus + 1) grid, the same numbers, about half the work. The batch candidates, T_grad and the
-        efficiency depend on K only, so they are computed once; only T_sync differs between the rows."""
-        replicas = np.arange(max_gpus + 1, dtype=np.int64).reshape(-1, 1)
-        local, accum, fits = self._candidates(replicas, max_batch_size, local_bsz_bounds, accumulation)
-        replicas = np.maximum(replicas, 1)
-        batch = replicas * local * (accum + 1)
-        t_grad = compute_time(self.throughput_params, local)
-        efficiency = self.efficiency(batch)
-        best = np.empty((2, max_gpus + 1))
+        that (2, max_gpus + 1) grid, the same numbers, about half the work. The batch candidates and batch sizes
+        depend on K and the bounds only (`count_grid`, kept from call to call), T_grad and the efficiency on K only,
+        so they are computed once; only T_sync differs between the rows. `one_node_gpus`: row 0 only up to that
+        many GPUs (0 beyond: no node holds them), for a caller that never asks more of one node."""
+        grid = count_grid(max_gpus, self.init_batch_size, max_batch_size, local_bsz_bounds, accumulation)
+        t_grad = compute_time(self.throughput_params, grid.local)
+        efficiency = self.efficiency(grid.batch)
+        best = np.zeros((2, max_gpus + 1))
         for row, nodes in enumerate((1, 2)):
+            upto = max_gpus if row or one_node_gpus is None else min(max(one_node_gpus, 0), max_gpus)
+            replicas, accum, batch = grid.replicas[: upto + 1], grid.accum[: upto + 1], grid.batch[: upto + 1]
             t_sync = sync_time(self.throughput_params, nodes, replicas)
-            rate = batch / step_time(self.throughput_params, t_grad, t_sync, accum)
-            best[row] = np.where(fits, rate * efficiency, 0.0).max(axis=1)
+            rate = batch / step_time(self.throughput_params, t_grad[: upto + 1], t_sync, accum)
+            best[row, : upto + 1] = np.where(grid.fits[: upto + 1], rate * efficiency[: upto + 1], 0.0).max(axis=1)
         return best
 
     def _candidates(
@@ -117,22 +120,67 @@ class GoodputFunction:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per GPU count (a column of `replicas`), the `BATCH_GRID_SIZE` candidate (m, s) of `optimize` and which
         of them fit the bounds."""
-        active = replicas >= 1  # no GPUs, no goodput
-        replicas = np.maximum(replicas, 1)
-        max_batch = self.init_batch_size if max_batch_size is None else int(max_batch_size)
-        lo_bsz, hi_bsz = local_bsz_bounds or (1, max_batch)
-        if not 1 <= lo_bsz <= hi_bsz:
-            raise ValueError(f"local_bsz_bounds must satisfy 1 <= min <= max, got {local_bsz_bounds}")
+        return batch_candidates(replicas, self.init_batch_size, max_batch_size, local_bsz_bounds, accumulation)
 
-        largest = max_batch if accumulation else np.minimum(max_batch, replicas * hi_bsz)
-        smallest = np.maximum(self.init_batch_size, replicas * lo_bsz)
-        feasible = (smallest <= largest) & active
-        upper = np.maximum(largest, smallest)
-        frac = np.linspace(0.0, 1.0, BATCH_GRID_SIZE).reshape(1, -1)
-        totals = np.exp(np.log(smallest) + frac * (np.log(upper) - np.log(smallest)))
 
-        per_replica = totals / replicas
-        accum = np.maximum(np.ceil(per_replica / hi_bsz - 1e-9) - 1, 0) if accumulation else 0 * per_replica
-        local = np.minimum(np.ceil(per_replica / (accum + 1) - 1e-9), max_batch // (replicas * (accum + 1)))
-        fits = (local >= lo_bsz) & (local <= hi_bsz) & feasible
-        return np.clip(local, lo_bsz, hi_bsz), accum, fits
+def batch_candidates(
+    replicas: np.ndarray,
+    init_batch_size: int,
+    max_batch_size: int | None,
+    local_bsz_bounds: tuple[int, int] | None,
+    accumulation: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`GoodputFunction._candidates`: a function of the counts and the bounds only, not of the job's models."""
+    active = replicas >= 1  # no GPUs, no goodput
+    replicas = np.maximum(replicas, 1)
+    max_batch = init_batch_size if max_batch_size is None else int(max_batch_size)
+    lo_bsz, hi_bsz = local_bsz_bounds or (1, max_batch)
+    if not 1 <= lo_bsz <= hi_bsz:
+        raise ValueError(f"local_bsz_bounds must satisfy 1 <= min <= max, got {local_bsz_bounds}")
+
+    largest = max_batch if accumulation else np.minimum(max_batch, replicas * hi_bsz)
+    smallest = np.maximum(init_batch_size, replicas * lo_bsz)
+    feasible = (smallest <= largest) & active
+    upper = np.maximum(largest, smallest)
+    frac = np.linspace(0.0, 1.0, BATCH_GRID_SIZE).reshape(1, -1)
+    totals = np.exp(np.log(smallest) + frac * (np.log(upper) - np.log(smallest)))
+
+    per_replica = totals / replicas
+    accum = np.maximum(np.ceil(per_replica / hi_bsz - 1e-9) - 1, 0) if accumulation else 0 * per_replica
+    local = np.minimum(np.ceil(per_replica / (accum + 1) - 1e-9), max_batch // (replicas * (accum + 1)))
+    fits = (local >= lo_bsz) & (local <= hi_bsz) & feasible
+    return np.clip(local, lo_bsz, hi_bsz), accum, fits
+
+
+@dataclass(frozen=True)
+class CountGrid:
+    """`best_by_count`'s candidates for K = 0…max GPUs (a column of `replicas`, at least 1): per-GPU batch, extra
+    accumulation steps, total batch, and which fit the bounds. Shared between calls, so read-only."""
+
+    replicas: np.ndarray
+    local: np.ndarray
+    accum: np.ndarray
+    batch: np.ndarray
+    fits: np.ndarray
+
+
+@functools.lru_cache(maxsize=1024)
+def count_grid(
+    max_gpus: int,
+    init_batch_size: int,
+    max_batch_size: int | None,
+    local_bsz_bounds: tuple[int, int] | None,
+    accumulation: bool,
+) -> CountGrid:
+    """The candidates of every count up to `max_gpus` under these bounds, computed once: a scheduling round asks for
+    hundreds of goodput tables, most of them under bounds another table had (jobs of the same model), and the
+    candidates are half a table's work."""
+    counts = np.arange(max_gpus + 1, dtype=np.int64).reshape(-1, 1)
+    local, accum, fits = batch_candidates(counts, init_batch_size, max_batch_size, local_bsz_bounds, accumulation)
+    replicas = np.maximum(counts, 1)
+    batch = replicas * local * (accum + 1)
+    accum = accum + np.zeros_like(local)  # a full grid where there is no accumulation (0 * per_replica is one)
+    grid = CountGrid(replicas, local, accum, batch, fits)
+    for array in (grid.replicas, grid.local, grid.accum, grid.batch, grid.fits):
+        array.flags.writeable = False
+    return grid

@@ -218,7 +218,7 @@ class PolluxPolicy(Policy):
         gpu_type = cluster.gpu_types[0]
         tops = [max(0, min(job.max_gpus_on(gpu_type), cluster.num_gpus)) for job in jobs]
         speedups_bases = [
-            speedups_and_base(job, fair, top, job.gpus_per_replica(gpu_type))
+            speedups_and_base(job, fair, top, job.gpus_per_replica(gpu_type), cluster.max_gpus_per_node)
             for job, top in zip(jobs, tops, strict=True)
         ]
         weights, remaining = self.remaining_terms(jobs, cluster, [base for _, base in speedups_bases])

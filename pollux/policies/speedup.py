@@ -18,7 +18,9 @@ from pollux.policies.placement import fixed_batch_config
 from pollux.policies.replicas import by_gpus
 
 
-def goodput_table(job: JobView, max_gpus: int, gpus_per_replica: int = 1) -> np.ndarray:
+def goodput_table(
+    job: JobView, max_gpus: int, gpus_per_replica: int = 1, one_node_gpus: int | None = None
+) -> np.ndarray:
     """Best goodput for K = 0…max_gpus, row 0 on one node, row 1 across nodes.
 
     Exact, not an approximation: the best goodput on an allocation depends on its node count only through N > 1
@@ -27,6 +29,8 @@ def goodput_table(job: JobView, max_gpus: int, gpus_per_replica: int = 1) -> np.
     their fixed per-GPU split; adaptive jobs pick their best batch per allocation. A pipelined job's replica is
     `gpus_per_replica` GPUs: its model is per replica (R = K / k scales its batch), a count of part of a replica is
     worth nothing (`replicas.by_gpus`), and its replica's batch is its micro-batches, with no accumulation beyond.
+    `one_node_gpus`: an adaptive data-parallel job's row 0 only up to that many GPUs (0 beyond), for a caller that
+    never reads more of one node (`GoodputFunction.best_by_count`).
     """
     if gpus_per_replica > 1:
         return by_gpus(goodput_table(job, max_gpus // gpus_per_replica), gpus_per_replica, max_gpus)
@@ -36,7 +40,13 @@ def goodput_table(job: JobView, max_gpus: int, gpus_per_replica: int = 1) -> np.
     if job.batch_size is None:
         fn = job.goodput_fn()
         assert fn is not None
-        return fn.best_by_count(max_gpus, job.max_batch_size, job.local_bsz_bounds, accumulation=not job.pipelined)
+        return fn.best_by_count(
+            max_gpus,
+            job.max_batch_size,
+            job.local_bsz_bounds,
+            accumulation=not job.pipelined,
+            one_node_gpus=one_node_gpus,
+        )
     return fixed_batch_goodput(job, np.array([[1], [2]]), replicas)
 
 
@@ -62,9 +72,10 @@ class GoodputTables:
         params: ThroughputParams | None,
         bounds: tuple[int, int],
         gpus_per_replica: int = 1,
+        one_node_gpus: int | None = None,
     ) -> np.ndarray:
         """`goodput_table` of `job` with the throughput model `params`, per-GPU batch `bounds` and GPUs per replica
-        (those of the GPU type asked about)."""
+        (those of the GPU type asked about); `one_node_gpus` as there."""
         stats, batch = job.grad_stats, job.batch_size
         # pipelined: no accumulation (`goodput_table`), even on a type where its replica is one GPU
         key = (
@@ -77,13 +88,14 @@ class GoodputTables:
             max_gpus,
             gpus_per_replica,
             job.pipelined,
+            one_node_gpus,
         )
         table = self._tables.get(key)
         if table is None:
             table = self._last.get(key)
             if table is None:
                 view = replace(job, throughput_params=params, local_bsz_bounds=bounds)
-                table = goodput_table(view, max_gpus, gpus_per_replica)
+                table = goodput_table(view, max_gpus, gpus_per_replica, one_node_gpus)
             self._tables[key] = table
         return table
 
@@ -101,11 +113,13 @@ def speedup_table(job: JobView, fair_gpus: int, max_gpus: int, gpus_per_replica:
 
 
 def speedups_and_base(
-    job: JobView, fair_gpus: int, max_gpus: int, gpus_per_replica: int = 1
+    job: JobView, fair_gpus: int, max_gpus: int, gpus_per_replica: int = 1, one_node_gpus: int | None = None
 ) -> tuple[np.ndarray, float]:
     """`speedup_table`, and the goodput on the fair share it divides by (M0-examples/s, where the job has a
-    model)."""
-    goodput = goodput_table(job, max(max_gpus, fair_gpus), gpus_per_replica)
+    model); `one_node_gpus` as `goodput_table`'s (at least `fair_gpus`, the base's count)."""
+    if one_node_gpus is not None:
+        one_node_gpus = max(one_node_gpus, fair_gpus)
+    goodput = goodput_table(job, max(max_gpus, fair_gpus), gpus_per_replica, one_node_gpus)
     base = fair_share_base(goodput, fair_gpus)
     return goodput[:, : max_gpus + 1] / base, base
 

@@ -137,6 +137,7 @@ def typed_value_tables(
     the tenants' budgets on its type where there are `budgets`. Jobs alike share their goodput tables (the policy's
     `GoodputTables`, which keeps those the next round asks for again) and bootstrapped models (`model_on`)."""
     fair = max(1, math.ceil(cluster.num_gpus / len(jobs)))
+    one_node = max(cluster.max_gpus_per_node, fair)  # the most of one node any step reads (the fair share's base)
     scale = cluster.num_nodes / cluster.num_gpus
     weights = [piece.cluster.num_gpus / cluster.num_gpus for piece in pieces]
     per_type: list[list[_OnType | None]] = []
@@ -152,7 +153,7 @@ def typed_value_tables(
             params = model_on(job, piece.gpu_type, scaled)
             top = min(job.max_gpus_on(piece.gpu_type), piece.cluster.num_gpus)
             k = job.gpus_per_replica(piece.gpu_type)
-            goodput = goodput_tables(job, max(top, fair), params, job.bounds_on(piece.gpu_type), k)
+            goodput = goodput_tables(job, max(top, fair), params, job.bounds_on(piece.gpu_type), k, one_node)
             if params is None:  # never ran: linear at its 1-GPU speed there, where known
                 goodput = goodput * job.single_gpu_throughput_by_type.get(piece.gpu_type, 1.0)
             column.append(_OnType(piece.restrict(job.allocation), top, goodput))

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from pollux.goodput import GoodputFunction, GradientStats, ThroughputParams
+from pollux.goodput.function import count_grid
 
 PARAMS = ThroughputParams(
     alpha_c=0.02, beta_c=0.0008, alpha_r=0.03, beta_r=0.003, alpha_n=0.12, beta_n=0.003, gamma=2.0
@@ -85,3 +86,17 @@ def test_best_by_count_gives_optimize_s_numbers_exactly(accumulation):
         assert table.shape == (2, max_gpus + 1)
         np.testing.assert_array_equal(table, grid.goodput)
         assert table[:, 0].tolist() == [0.0, 0.0] and np.all(table[:, 1:] > 0)
+
+
+def test_best_by_count_limited_on_one_node_gives_the_same_numbers_where_it_computes_them():
+    """`one_node_gpus` spares row 0 past what one node holds: every number it does compute is the full table's (the
+    candidates kept from call to call included), the rest is 0, and the kept candidates cannot be written into."""
+    fn = GoodputFunction(ThroughputParams(0.01, 0.002, 0.03, 0.004, 0.2, 0.01, 1.6), GradientStats(1.0, 20.0), 64)
+    full = fn.best_by_count(40, 4096, (8, 256), accumulation=True)
+    limited = fn.best_by_count(40, 4096, (8, 256), accumulation=True, one_node_gpus=12)
+    np.testing.assert_array_equal(limited[1], full[1])
+    np.testing.assert_array_equal(limited[0, :13], full[0, :13])
+    assert np.all(limited[0, 13:] == 0) and np.all(full[0, 13:] > 0)
+    grid = count_grid(40, 64, 4096, (8, 256), True)
+    with pytest.raises(ValueError):
+        grid.local[1, 0] = 1.0
