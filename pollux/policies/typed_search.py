@@ -210,6 +210,15 @@ def envelope_vertices(values: np.ndarray | Sequence[float]) -> list[int]:
     """Counts K > 0 on the upper concave envelope of (K, values[K]) from K = 0: the counts worth stopping at when
     GPUs are scarce (a count below the envelope is beaten by a mix of its neighbours). On Python floats (the same
     IEEE arithmetic as numpy's, without a numpy scalar per step)."""
+    # strictly concave (the usual goodput row): the walk below would pop nothing, so every count is a vertex; the
+    # same comparison as its first pop test, for every three neighbours at once
+    if (
+        isinstance(values, np.ndarray)
+        and values.size > 2
+        and np.isfinite(values).all()
+        and not np.any((values[1:-1] - values[:-2]) * 2 <= values[2:] - values[:-2])
+    ):
+        return list(range(1, values.size))
     if isinstance(values, np.ndarray):
         values = values.tolist()
     hull: list[int] = [0]
@@ -245,11 +254,11 @@ def counts_by_program(
         tops = np.minimum(values.max_gpus, capacity)
         for j in np.flatnonzero(tops >= 1).tolist():
             planned = values.planned[j, : tops[j] + 1]
-            row = planned.tolist()
             current = int(values.current_gpus[j])
             key = planned.tobytes()
             if key not in envelopes:
-                envelopes[key] = envelope_vertices(row)
+                envelopes[key] = envelope_vertices(planned)
+            row = planned.tolist()
             candidates = set(envelopes[key])
             if 0 < current < len(row):
                 candidates.add(current)

@@ -13,7 +13,7 @@ from pollux.cluster import Cluster, NodeGroup, validate_allocations
 from pollux.goodput import GradientStats, throughput
 from pollux.policies.base import JobView
 from pollux.policies.pollux import EPSILON, PolluxPolicy
-from pollux.policies.typed_search import model_on, optimize_typed, type_slices, typed_value_tables
+from pollux.policies.typed_search import envelope_vertices, model_on, optimize_typed, type_slices, typed_value_tables
 
 TYPES = ("slow", "fast")
 SPEED = {"slow": 1.0, "fast": 3.0}
@@ -196,3 +196,28 @@ def test_a_types_nodes_are_read_and_written_back_wherever_its_groups_are_listed(
     pieces = {piece.gpu_type: piece for piece in type_slices(cluster)}
     assert pieces["slow"].restrict(allocation) == (1, 2, 2) and pieces["fast"].restrict(allocation) == (0,)
     assert pieces["slow"].expand((1, 2, 2), cluster.num_nodes) == allocation
+
+
+def test_envelope_vertices_are_the_counts_no_mix_of_two_others_beats():
+    """The program's candidates: K is a vertex exactly when no chord between a smaller and a larger count passes
+    above (or through) it; checked by brute force on concave rows (the fast path), rows with dips, and rows with
+    forbidden counts (-inf), given as arrays and as lists alike."""
+    rng = np.random.default_rng(3)
+    for case in range(300):
+        n = int(rng.integers(2, 40))
+        steps = np.sort(rng.uniform(0.0, 1.0, n))[::-1] if case % 3 == 0 else rng.uniform(-0.3, 1.0, n)
+        row = np.concatenate([[0.0], np.cumsum(steps)])
+        if case % 5 == 0:
+            row[rng.integers(1, n + 1, 2)] = -np.inf
+        finite = [k for k in range(row.size) if np.isfinite(row[k])]
+
+        expected = [k for k in finite if k > 0 and not _below_a_chord(row, finite, k)]
+        assert envelope_vertices(row) == expected
+        assert envelope_vertices(row.tolist()) == expected
+
+
+def _below_a_chord(row: np.ndarray, finite: list[int], k: int) -> bool:
+    """Whether some chord between a finite count below `k` and one above passes above or through row[k]."""
+    return any(
+        row[k] * (b - a) <= row[a] * (b - k) + row[b] * (k - a) for a in finite if a < k for b in finite if b > k
+    )
