@@ -39,6 +39,11 @@ from pollux.policies.replicas import only_whole_replicas
 from pollux.policies.search_state import Layout, Row, ValueTable, greedy_counts, sparse_row, tenant_budget
 from pollux.policies.speedup import GoodputTables, fair_share_base
 
+# HiGHS's limit per solve, wall-clock: a guard against a pathological program, not a budget. The relaxation of a
+# round of 433 jobs on 2,048 GPUs takes 0.3-0.5 s of CPU, and a 1-s limit, hit on a busy machine, had a round fall
+# back to the count greedy's choice (about 1% less value): a simulation's result then depended on the machine's load.
+PROGRAM_TIME_LIMIT_S = 10.0
+
 
 class OneTypeSearch(Protocol):
     """What the typed search asks of the one-type policy (`PolluxPolicy`, which calls it): its values, the goodput
@@ -236,7 +241,7 @@ def envelope_vertices(values: np.ndarray | Sequence[float]) -> list[int]:
 
 
 def counts_by_program(
-    tables: Sequence[ValueTable], pieces: Sequence[TypeSlice], time_limit_s: float = 1.0
+    tables: Sequence[ValueTable], pieces: Sequence[TypeSlice], time_limit_s: float = PROGRAM_TIME_LIMIT_S
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """(type index, GPUs) per job maximizing the sum of the jobs' values under every type's GPUs: a multiple-choice
     knapsack, solved as a mixed-integer program (HiGHS), as Sia solves its own. Each (job, type) offers the counts
