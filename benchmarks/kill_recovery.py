@@ -62,6 +62,7 @@ class Resume:
 @dataclass
 class Outcome:
     kills: list[tuple[str, float]] = field(default_factory=list)  # (cause, time.time()) of every kill
+    kills_while_starting: int = 0  # scheduler kills that found a job not training yet (its workers starting)
     resumes: list[Resume] = field(default_factory=list)
     finals: dict[str, dict] = field(default_factory=dict)
     statuses: dict[str, str] = field(default_factory=dict)
@@ -88,6 +89,7 @@ class KillScenario:
         self.rng = np.random.default_rng(seed)
         self.scheduler: subprocess.Popen[bytes] | None = None
         self.kills: list[tuple[str, float]] = []  # (cause, time.time()) of every kill
+        self.kills_while_starting = 0
         self.ups = 0
 
     def out(self, job: str) -> Path:
@@ -189,6 +191,8 @@ class KillScenario:
             time.sleep(float(self.rng.uniform(0.5, 4.0)))
             if all(status in FINAL for status in self.statuses().values()):
                 break
+            if not self.all_training():
+                self.kills_while_starting += 1
             self.kill_scheduler()
             progress(f"scheduler kill {k + 1}/{kills}")
             self.up()
@@ -262,6 +266,7 @@ def run_scenario(
         scenario.down()
     return Outcome(
         kills=scenario.kills,
+        kills_while_starting=scenario.kills_while_starting,
         resumes=scenario.resumes(),
         finals=scenario.finals(),
         statuses=scenario.statuses(),
@@ -332,6 +337,8 @@ def main() -> None:
                 f"{max(lost_ex)}",
             )
     console.print(table)
+    starting = outcome.kills_while_starting
+    console.print(f"{starting} of the scheduler kills came while a job was (re)starting", highlight=False)
     for job, final in outcome.finals.items():
         console.print(
             f"{job}: {outcome.statuses.get(job)}, {final['restarts']} restarts, ledger counts in "
