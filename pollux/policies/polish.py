@@ -20,7 +20,9 @@ allocation, so candidates are ranked by the mover's own gain less what making ro
 target node, for every job, kind and node at once (arrays, no loop per job), before anything is placed; of the
 `MAX_TRIES` best, those whose own gain could still beat the best gain found are placed. Moves back to a job's
 current allocation, which may lose for the mover yet free what others need, are tried when nothing else helps.
-Everything is deterministic.
+As the moves per round, the rows placed per move are bounded by the round's jobs (`JOB_TRIES`): each placed row
+regrows jobs, and in a round of hundreds of jobs the winner is nearly always among the first few candidates while
+the last move of each run, which finds nothing, places them all. Everything is deterministic.
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ from pollux.policies.search_state import MIN_GAIN, Layout, Row, grow
 
 MAX_MOVES = 40  # moves taken per round at most ...
 JOB_MOVES = 2000  # ... and at most this many over the number of jobs (each move looks at every job), at least 2
-MAX_TRIES = 60  # candidate rows placed per move at most
+MAX_TRIES = 60  # candidate rows placed per move at most ...
+JOB_TRIES = 8000  # ... and at most this many over the number of jobs (each placed row regrows some of them) ...
+MIN_TRIES = 16  # ... but at least this many
 NODE_TRIES = 4  # target nodes tried per candidate
 MAX_GROWERS = 8  # jobs (besides those a move touches) that may spread onto GPUs it frees
 
@@ -86,10 +90,13 @@ class Polisher:
         the moves of a round stay bounded by its jobs, however many types it splits into."""
         self.avoid = avoid_interference
         self.round_jobs = round_jobs
+        self.max_tries = MAX_TRIES
 
     def run(self, layout: Layout) -> None:
         """Polish `layout` in place."""
-        for _ in range(min(MAX_MOVES, max(2, JOB_MOVES // (self.round_jobs or layout.num_jobs)))):
+        jobs = self.round_jobs or layout.num_jobs
+        self.max_tries = min(MAX_TRIES, max(MIN_TRIES, JOB_TRIES // jobs))
+        for _ in range(min(MAX_MOVES, max(2, JOB_MOVES // jobs))):
             changes = self._best_move(layout)
             if changes is None:
                 break
@@ -110,7 +117,7 @@ class Polisher:
             keep = layout.values.keep
             moved = np.flatnonzero((keep > -np.inf) & ~layout.kept & self._fits_budget(layout))
             loss = layout.value[moved] - keep[moved]
-            for j in moved[np.lexsort((moved, loss))][:MAX_TRIES].tolist():
+            for j in moved[np.lexsort((moved, loss))][: self.max_tries].tolist():
                 gain, changes = self.gain_of(layout, Move(j, MoveKind.KEEP), extra)
                 if gain > best_gain:
                     best_gain, best = gain, changes
@@ -187,9 +194,9 @@ class Polisher:
 
     @np.errstate(invalid="ignore")  # -inf - -inf: a gain between two forbidden allocations, never tried
     def tries(self, layout: Layout) -> list[tuple[float, Move]]:
-        """The `MAX_TRIES` most promising (own gain, move) by own gain less what making room costs the jobs on the
-        target node (`_eviction_costs`), up to `NODE_TRIES` target nodes per candidate, best first (ties: the
-        better candidate, then the better node)."""
+        """The `max_tries` (`MAX_TRIES`, fewer in a round of many jobs) most promising (own gain, move) by own gain
+        less what making room costs the jobs on the target node (`_eviction_costs`), up to `NODE_TRIES` target nodes
+        per candidate, best first (ties: the better candidate, then the better node)."""
         pairs = layout.pairs()
         gain, job, kind, gpus = self._candidates(layout)
         cand, node, estimate, rank = self._targets(
@@ -200,7 +207,7 @@ class Polisher:
         node = np.concatenate([node, np.full(whole.size, -1)])
         estimate = np.concatenate([estimate, gain[whole]])
         rank = np.concatenate([rank, np.zeros(whole.size, dtype=np.int64)])
-        best = np.lexsort((rank, cand, -estimate))[:MAX_TRIES]
+        best = np.lexsort((rank, cand, -estimate))[: self.max_tries]
         return [
             (float(gain[c]), Move(int(job[c]), MoveKind(int(kind[c])), int(gpus[c]), int(n)))
             for c, n in zip(cand[best].tolist(), node[best].tolist(), strict=True)
