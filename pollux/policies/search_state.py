@@ -254,24 +254,26 @@ class Layout:
     def set(self, job: int, row: Row) -> None:
         """Give `job` the GPUs per node of `row` (zeros left out), keeping everything derived current. Rows are
         never changed in place, so `row` may be shared (with the value table's current rows, with a trial)."""
-        old, values, free, on = self.rows[job], self.values, self.free, self.on
+        old, values, free, on, spanning = self.rows[job], self.values, self.free, self.on, self.spanning
         if self._journal is not None:
             self._journal.append((job, old, float(self.value[job])))
-        if len(old) > 1:
-            self.spanning[list(old)] -= 1
+        spread = len(old) > 1  # a step per node, not an index array: rows hold a few nodes
         for node, gpus in old.items():
             free[node] += gpus
             on[node].discard(job)
+            if spread:
+                spanning[node] -= 1
         if not all(row.values()):
             row = {node: gpus for node, gpus in row.items() if gpus}
         count = 0
+        used = len(row)
+        spread = used > 1
         for node, gpus in row.items():
             free[node] -= gpus
             on[node].add(job)
             count += gpus
-        used = len(row)
-        if used > 1:
-            self.spanning[list(row)] += 1
+            if spread:
+                spanning[node] += 1
         self.rows[job] = row
         if self.budgeted:
             self.tenant_gpus[self.tenant_of[job]] += count - self.gpus[job]
