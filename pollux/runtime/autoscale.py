@@ -73,7 +73,9 @@ class RayAutoscaler:
     def check_available(self, wait_s: float = _STATUS_WAIT_S) -> None:
         """Refuse a Ray cluster that runs no autoscaler. Ray's head always runs a monitor that publishes a status,
         but without an autoscaling config its node provider is read-only and names each node's type after the node
-        itself (`node_<id>`); an autoscaler started from a config names them after its `available_node_types`."""
+        itself (`node_<id>`); an autoscaler started from a config names them after its `available_node_types`.
+        The monitor picks its provider once, at start, so the first status that names nodes settles it: only while
+        none is published yet (a head just started) does this wait, up to `wait_s`."""
         from ray._private import ray_constants
         from ray.experimental.internal_kv import _internal_kv_get
 
@@ -84,7 +86,7 @@ class RayAutoscaler:
             mapping = (report or {}).get("node_type_mapping") or {}
             if mapping and any(kind != f"node_{node}" for node, kind in mapping.items()):
                 return
-            if time.monotonic() >= deadline:
+            if mapping or time.monotonic() >= deadline:  # a read-only provider's status, or none within wait_s
                 raise ServiceError(
                     "--autoscale: this Ray cluster runs no autoscaler (its head was started without an autoscaling "
                     "config); start it with `ray up` or `ray start --head --autoscaling-config=...`, or drop "
