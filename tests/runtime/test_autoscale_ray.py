@@ -5,7 +5,8 @@ node types of different GPU type, `pollux up --backend ray --autoscale`, real ex
 The head is started by this test's own `ray start --head --block` process and stopped by its handle (not by
 `AutoscalingCluster.start/shutdown`, whose `ray stop --force` would stop every Ray on the machine); the fake nodes
 are started and stopped by Ray's autoscaler, and what is left of them at the end is ended by pid, found by this
-cluster's own temporary directory."""
+cluster's own temporary directory. One such cluster serves this module's test and test_node_loss_ray's (the
+`autoscaling_ray` fixture, conftest.py): they run one after the other and the cluster is stopped after the last."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -104,7 +104,8 @@ class AutoscalingRay:
             command, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
         )
         self.samples: list[tuple[float, dict[str, int]]] = []
-        self.started = time.monotonic()
+        self.started = time.monotonic()  # reset for each test by the `autoscaling_ray` fixture (conftest.py)
+        self.spoiled = False  # a test that killed a node sets it: the next test gets a fresh cluster
 
     def connect(self) -> None:
         def connected() -> bool:
@@ -142,18 +143,6 @@ class AutoscalingRay:
             if int(pid) != os.getpid():
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(pid), signal.SIGKILL)
-
-
-@pytest.fixture(scope="module")
-def autoscaling_ray() -> Iterator[AutoscalingRay]:
-    if ray.is_initialized():
-        pytest.skip("Ray is already initialised in this process")
-    cluster = AutoscalingRay()
-    try:
-        cluster.connect()
-        yield cluster
-    finally:
-        cluster.shutdown()
 
 
 def digits(folder: Path, name: str, epochs: int, extra: str) -> Path:
@@ -196,7 +185,7 @@ def test_jobs_make_pollux_request_nodes_of_the_type_it_prefers_and_release_them(
 
         wait_for(all_done, 240, "both jobs to complete")
         wait_for(lambda: cluster.nodes() == {}, 60, "Ray to release every GPU node")
-        print("\nnodes Ray ran over time (s since the head started: GPU nodes per type):")
+        print("\nnodes Ray ran over time (s since the test started: GPU nodes per type):")
         for at, counts in cluster.samples:
             print(f"  {at:6.1f}  {counts or 'none'}")
         assert max(sum(c.values()) for _, c in cluster.samples) >= 2

@@ -28,7 +28,6 @@ pytest.importorskip("torch", reason="the agent needs torch: make test installs i
 import torch
 from runtime_jobs import wait_for
 from test_autoscale_ray import RESOURCE, AutoscalingRay
-from test_autoscale_ray import autoscaling_ray as autoscaling_ray  # its fixture, re-used
 from test_cli_local import REPO, Up
 
 from pollux.agent.report import read_report
@@ -122,6 +121,7 @@ def test_a_job_on_a_lost_node_resumes_from_its_checkpoint_on_another_node(tmp_pa
 
         wait_for(past_kill_step, 120, f"the job to train {KILL_AT_STEP} steps on one of them")
         lost = node_of("elastic")
+        cluster.spoiled = True  # a dead node stays in Ray's fake provider: a later test gets a fresh cluster
         killed = kill_node(cluster, lost)
         killed_at = time.monotonic() - cluster.started
         assert "raylet" in killed, killed
@@ -131,7 +131,7 @@ def test_a_job_on_a_lost_node_resumes_from_its_checkpoint_on_another_node(tmp_pa
             return store.job("elastic").status == "completed"
 
         wait_for(completed, 120, "the job to resume on the other node and complete")
-        print("\na100 nodes Ray ran over time (s since the head started):")
+        print("\na100 nodes Ray ran over time (s since the test started):")
         for at, counts in cluster.samples:
             print(f"  {at:6.1f}  {counts or 'none'}")
         print(f"killed node ...{lost[-5:]} at {killed_at:.1f} s (step >= {KILL_AT_STEP}): {' '.join(sorted(killed))}")
