@@ -164,7 +164,7 @@ class CountGrid:
     fits: np.ndarray
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=256)  # a 32x round asks for 50-130 (about 200 KB each at 64 GPUs): a bound on memory
 def count_grid(
     max_gpus: int,
     init_batch_size: int,
@@ -179,7 +179,6 @@ def count_grid(
     local, accum, fits = batch_candidates(counts, init_batch_size, max_batch_size, local_bsz_bounds, accumulation)
     replicas = np.maximum(counts, 1)
     batch = replicas * local * (accum + 1)
-    accum = accum + np.zeros_like(local)  # a full grid where there is no accumulation (0 * per_replica is one)
     grid = CountGrid(replicas, local, accum, batch, fits)
     for array in (grid.replicas, grid.local, grid.accum, grid.batch, grid.fits):
         array.flags.writeable = False
