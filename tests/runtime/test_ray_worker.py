@@ -41,8 +41,10 @@ def actors() -> Iterator[list[WorkerActor]]:
 
 
 def start(actors: list[WorkerActor], tmp_path: Path, source: str, wiring: dict, env: dict | None = None) -> int:
-    """A new actor started on `source` with `wiring`; the worker's pid."""
-    script = tmp_path / "job.py"
+    """A new actor started on `source` with `wiring`; the worker's pid. Each worker runs a script file of its own:
+    rewriting one file for the next rank could truncate it while an earlier worker was still reading it (that one
+    then ran an empty script and exited 0)."""
+    script = tmp_path / f"job-{len(actors)}.py"
     script.write_text(textwrap.dedent(source))
     actor = WorkerActor()
     actors.append(actor)
