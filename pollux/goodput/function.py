@@ -74,7 +74,9 @@ class GoodputFunction:
         shape = nodes.shape
         nodes = nodes.reshape(-1, 1).astype(np.int64)
         replicas = replicas.reshape(-1, 1).astype(np.int64)
-        local, accum, fits = self._candidates(replicas, max_batch_size, local_bsz_bounds, accumulation)
+        local, accum, fits = batch_candidates(
+            replicas, self.init_batch_size, max_batch_size, local_bsz_bounds, accumulation
+        )
         replicas = np.maximum(replicas, 1)
         goodput = np.where(fits, self.goodput(nodes, replicas, local, accum), 0.0)
 
@@ -111,17 +113,6 @@ class GoodputFunction:
             best[row, : upto + 1] = np.where(grid.fits[: upto + 1], rate * efficiency[: upto + 1], 0.0).max(axis=1)
         return best
 
-    def _candidates(
-        self,
-        replicas: np.ndarray,
-        max_batch_size: int | None,
-        local_bsz_bounds: tuple[int, int] | None,
-        accumulation: bool,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per GPU count (a column of `replicas`), the `BATCH_GRID_SIZE` candidate (m, s) of `optimize` and which
-        of them fit the bounds."""
-        return batch_candidates(replicas, self.init_batch_size, max_batch_size, local_bsz_bounds, accumulation)
-
 
 def batch_candidates(
     replicas: np.ndarray,
@@ -130,7 +121,8 @@ def batch_candidates(
     local_bsz_bounds: tuple[int, int] | None,
     accumulation: bool,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`GoodputFunction._candidates`: a function of the counts and the bounds only, not of the job's models."""
+    """Per GPU count (a column of `replicas`), the `BATCH_GRID_SIZE` candidate (m, s) of `GoodputFunction.optimize`
+    and which of them fit the bounds: a function of the counts and the bounds only, not of the job's models."""
     active = replicas >= 1  # no GPUs, no goodput
     replicas = np.maximum(replicas, 1)
     max_batch = init_batch_size if max_batch_size is None else int(max_batch_size)

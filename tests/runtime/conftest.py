@@ -62,8 +62,7 @@ class _SharedAutoscalingRay:
             except BaseException:
                 self.close()
                 raise
-        self.cluster.samples.clear()  # each test prints the nodes of its own time
-        self.cluster.started = time.monotonic()
+        self.cluster.started = time.monotonic()  # each test prints the nodes of its own time
         return self.cluster
 
     def close(self) -> None:
